@@ -1,0 +1,1 @@
+"""The mlsetup engine: probe, knowledge, answers, planner, runner. Knows nothing of Textual."""

@@ -1,0 +1,316 @@
+"""Decisions every step shares, made once from Facts + Answers (pure).
+
+Which torch build and release, which CUDA, which toolkits, which driver branch
+and kernel modules, whose venv. Each step module reads these instead of
+deciding again, so the steps cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from steps.answers import Answers, ExtensionAnswers
+from steps.facts import Facts
+from steps.warnings import machine_warnings
+from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class VenvOwner:
+    name: str
+    home: str
+
+    @property
+    def run_as(self) -> str | None:
+        """The account venv actions run as; None is root."""
+        return None if self.name == "root" else self.name
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """One extension to build, with every decision its build environment needs."""
+
+    recipe: ExtensionRecipe
+    answer: ExtensionAnswers
+    compute_capabilities: list[str]
+    cuda_home: str
+    max_jobs: int
+
+
+@dataclass(frozen=True)
+class Choices:
+    torch_build: str  # "cu130", or "cpu"
+    torch_requirement: str  # "torch==2.11.0"
+    cuda: str | None  # the CUDA torch is built with, "13.0"; None for the CPU build
+    toolkits: tuple[str, ...]  # toolkit versions the machine should have
+    driver_ok: bool  # the loaded driver can run `cuda`
+    driver_branch: int
+    driver_modules: Literal["open", "proprietary"]
+    owner: VenvOwner
+    venv_path: str
+    build_targets: tuple[BuildTarget, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def venv_python(self) -> str:
+        return f"{self.venv_path}/bin/python"
+
+
+def choose(facts: Facts, answers: Answers) -> Choices:
+    k = knowledge()
+    warnings: list[str] = machine_warnings(facts)
+
+    build, release = _choose_torch(facts, answers, warnings)
+    cuda = k.torch.build(build).cuda
+    driver_ok = bool(
+        facts.driver
+        and facts.driver.loaded
+        and (cuda is None or k.cuda.driver_runs(facts.driver.version, facts.driver.cuda_max, cuda))
+    )
+    if release is not None:
+        requirement = release.requirement
+        if answers.venv.python not in release.pythons:
+            warnings.append(
+                f"torch {release.series} has no wheels for Python {answers.venv.python} "
+                f"(it has {', '.join(release.pythons)}); set venv.python to one of those."
+            )
+    else:
+        requirement = f"torch{answers.torch.version}"
+
+    if answers.toolkit.versions == "auto":
+        toolkits: tuple[str, ...] = (cuda,) if cuda else ()
+    else:
+        toolkits = tuple(answers.toolkit.versions)
+        if cuda and answers.extensions and not any(_same_major(t, cuda) for t in toolkits):
+            warnings.append(
+                f"torch is built with CUDA {cuda} but toolkit.versions {list(toolkits)} has no "
+                f"CUDA {cuda.split('.')[0]}.x: torch refuses to build extensions with a different "
+                "CUDA major."
+            )
+
+    owner = _owner(facts, answers)
+    path = answers.venv.path
+    if path == "~" or path.startswith("~/"):
+        path = owner.home.rstrip("/") + path[1:]
+
+    branch, modules = _driver_target(facts, answers, cuda, warnings)
+    targets = tuple(
+        t for a in answers.extensions if (t := _build_target(facts, answers, cuda, a, warnings))
+    )
+    warnings += _machine_warnings(facts, answers, toolkits, driver_ok, cuda, path)
+    return Choices(
+        torch_build=build,
+        torch_requirement=requirement,
+        cuda=cuda,
+        toolkits=toolkits,
+        driver_ok=driver_ok,
+        driver_branch=branch,
+        driver_modules=modules,
+        owner=owner,
+        venv_path=path,
+        build_targets=targets,
+        warnings=tuple(warnings),
+    )
+
+
+def _same_major(a: str, b: str) -> bool:
+    return a.split(".")[0] == b.split(".")[0]
+
+
+def _candidate_releases(answers: Answers) -> list[TorchRelease]:
+    releases = list(knowledge().torch.releases)
+    if answers.torch.version == "auto":
+        return releases
+    spec = SpecifierSet(answers.torch.version)
+    return [r for r in releases if r.matches(spec)]
+
+
+def _choose_torch(
+    facts: Facts, answers: Answers, warnings: list[str]
+) -> tuple[str, TorchRelease | None]:
+    """The torch build ("auto" = newest build the GPUs and, if kept, the driver run) and release."""
+    k = knowledge()
+    releases = _candidate_releases(answers)
+    if answers.torch.version != "auto" and not releases:
+        warnings.append(
+            f"torch {answers.torch.version} is newer or older than the releases mlsetup knows; "
+            "the CUDA build cannot be checked against it."
+        )
+
+    build = answers.torch.cuda
+    if build == "auto":
+        build = _auto_build(facts, answers, releases, warnings)
+    elif build != "cpu":
+        ccs = facts.compute_capabilities
+        bad = [cc for cc in ccs if not k.torch.build(build).runs_on(cc)]
+        if bad:
+            warnings.append(
+                f"torch's {build} build has no kernels for compute capability {', '.join(bad)}: "
+                "torch will not run on those GPUs."
+            )
+    release = next((r for r in releases if build in r.builds or build == "cpu"), None)
+    return build, release
+
+
+def _auto_build(
+    facts: Facts, answers: Answers, releases: list[TorchRelease], warnings: list[str]
+) -> str:
+    k = knowledge()
+    if not facts.gpus:
+        return "cpu"
+    newest = releases[0].builds if releases else tuple(k.torch.builds)
+    by_cuda = sorted(newest, key=lambda b: Version(_cuda(b)), reverse=True)
+    ccs = facts.compute_capabilities
+    gpu_ok = [b for b in by_cuda if all(k.torch.build(b).runs_on(cc) for cc in ccs)]
+    if not gpu_ok:
+        warnings.append(
+            f"no torch build runs on compute capability {', '.join(ccs)}; using the CPU build."
+        )
+        return "cpu"
+    drv = facts.driver
+    if drv and drv.loaded and answers.driver.action != "install":
+        # Prefer a build the driver runs natively; minor-version compatibility is the fallback.
+        native = [b for b in gpu_ok if k.cuda.driver_runs_natively(drv.cuda_max, _cuda(b))]
+        compatible = [b for b in gpu_ok if k.cuda.driver_runs(drv.version, drv.cuda_max, _cuda(b))]
+        if native or compatible:
+            return (native or compatible)[0]
+        if answers.driver.action == "skip":
+            warnings.append(
+                f"driver {drv.version} runs none of torch's CUDA builds ({', '.join(gpu_ok)}) and "
+                "driver.action is skip: torch will not see the GPUs."
+            )
+    return gpu_ok[0]
+
+
+def _cuda(build: str) -> str:
+    return knowledge().torch.build(build).cuda or "0"
+
+
+def _owner(facts: Facts, answers: Answers) -> VenvOwner:
+    wanted = answers.venv.user
+    if wanted == "auto" or (facts.user and facts.user.name == wanted):
+        if facts.user is None:
+            return VenvOwner("root", "/root")
+        return VenvOwner(facts.user.name, facts.user.home)
+    # An account other than the invoking one: its home is the conventional one.
+    return VenvOwner(wanted, "/root" if wanted == "root" else f"/home/{wanted}")
+
+
+def _driver_target(
+    facts: Facts, answers: Answers, cuda: str | None, warnings: list[str]
+) -> tuple[int, Literal["open", "proprietary"]]:
+    k = knowledge()
+    needed = 0
+    if cuda and (rel := k.cuda.release(cuda)):
+        needed = int(rel.min_driver.split(".")[0])
+    if answers.driver.branch == "auto":
+        branch = max(k.driver.recommended_branch, needed, k.repo.min_driver_branch)
+    else:
+        branch = int(answers.driver.branch)
+        if branch < needed:
+            warnings.append(
+                f"driver.branch {branch} is older than CUDA {cuda} needs (branch {needed} or newer)."
+            )
+
+    ccs = [Version(cc) for cc in facts.compute_capabilities]
+    open_min = Version(k.driver.open_modules_min_compute_capability)
+    open_required = Version(k.driver.open_modules_required_from_compute_capability)
+    modules: Literal["open", "proprietary"]
+    if answers.driver.modules == "auto":
+        modules = "proprietary" if any(cc < open_min for cc in ccs) else "open"
+    else:
+        modules = answers.driver.modules
+        if modules == "open" and any(cc < open_min for cc in ccs):
+            warnings.append(
+                "driver.modules is open, but GPUs older than Turing (compute capability < 7.5) "
+                "work only with the proprietary modules."
+            )
+        if modules == "proprietary" and any(cc >= open_required for cc in ccs):
+            warnings.append(
+                "driver.modules is proprietary, but Blackwell GPUs (compute capability >= 10.0) "
+                "work only with the open modules."
+            )
+    return branch, modules
+
+
+
+def _machine_warnings(
+    facts: Facts,
+    answers: Answers,
+    toolkits: tuple[str, ...],
+    driver_ok: bool,
+    cuda: str | None,
+    venv_path: str,
+) -> list[str]:
+    k = knowledge()
+    out = []
+    drv = facts.driver
+    if drv and cuda and not driver_ok and answers.driver.action != "skip":
+        out.append(
+            f"driver {drv.version} supports CUDA up to {drv.cuda_max or 'unknown'}, older than "
+            f"torch's CUDA {cuda}: a newer driver is installed, then a reboot."
+        )
+    missing = [t for t in toolkits if facts.toolkit(t) is None]
+    free = facts.disk_free_bytes.get("/usr/local")
+    need = len(missing) * k.cuda.install_bytes
+    if missing and free is not None and free < need:
+        out.append(
+            f"/usr/local has {free / GIB:.1f} GiB free; CUDA {', '.join(missing)} needs about "
+            f"{need / GIB:.0f} GiB."
+        )
+    home_free = facts.disk_free_bytes.get("/home" if venv_path.startswith("/home/") else "/")
+    if cuda and home_free is not None and home_free < k.torch.cuda_venv_bytes:
+        out.append(
+            f"{venv_path} is on a filesystem with {home_free / GIB:.1f} GiB free; a CUDA torch "
+            f"venv takes about {k.torch.cuda_venv_bytes / GIB:.0f} GiB."
+        )
+    return out
+
+
+def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
+    """A ceiling on compile jobs: cores, and available RAM less the reserve over the per-job peak."""
+    if answers.build.max_jobs != "auto":
+        return answers.build.max_jobs
+    cores = facts.cpu.logical or 1
+    available = facts.memory.available_bytes
+    if available is None:
+        return max(1, cores // 2)
+    reserve = answers.build.reserve_bytes(facts.memory.total_bytes or available)
+    by_memory = int((available - reserve) // (recipe.peak_job_gib * GIB))
+    return max(1, min(cores, by_memory))
+
+
+def _build_target(
+    facts: Facts, answers: Answers, cuda: str | None, answer: ExtensionAnswers, warnings: list[str]
+) -> BuildTarget | None:
+    recipe = knowledge().extensions[answer.name]
+    ccs = facts.compute_capabilities if answer.archs == "auto" else list(answer.archs)
+    label = f"{answer.name} {answer.version}"
+    if cuda is None:
+        warnings.append(f"{label} skipped: torch is the CPU build, so no CUDA extension can run.")
+        return None
+    if not ccs:
+        warnings.append(
+            f"{label} skipped: no GPU with a known compute capability; set extensions.archs."
+        )
+        return None
+    bad = recipe.unsupported(ccs)
+    if bad:
+        warnings.append(
+            f"{label} skipped: it runs on compute capability {recipe.min_compute_capability} "
+            f"and newer ({', '.join(recipe.arch_map)}); these GPUs are {', '.join(bad)}."
+        )
+        return None
+    return BuildTarget(
+        recipe=recipe,
+        answer=answer,
+        compute_capabilities=ccs,
+        cuda_home=knowledge().repo.toolkit_path_for(cuda),
+        max_jobs=static_max_jobs(facts, answers, recipe),
+    )

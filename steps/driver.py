@@ -1,0 +1,84 @@
+"""Wizard step 1: the NVIDIA driver."""
+
+from __future__ import annotations
+
+from steps.answers import Answers
+from steps.apt import APT_ENV, apt_install, no_repo_reason, nvidia_repo_actions
+from steps.choices import Choices
+from steps.facts import Facts
+from steps.knowledge import ASSETS_DIR, knowledge
+from steps.plan import Action, Step, pending, satisfied
+
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/mlsetup-blacklist-nouveau.conf"
+
+
+def satisfied_reason(facts: Facts, answers: Answers, choices: Choices) -> str | None:
+    """Why nothing needs doing, or None if the driver must be installed."""
+    if answers.driver.action == "skip":
+        return "skipped: driver.action is skip"
+    if not facts.gpus:
+        return "no NVIDIA GPU found: no driver needed"
+    drv = facts.driver
+    if answers.driver.action == "auto" and drv and choices.driver_ok:
+        what = f"CUDA {choices.cuda}" if choices.cuda else "the CPU build of torch"
+        return (
+            f"driver {drv.version} ({drv.modules or 'unknown'} modules) is loaded and runs {what}"
+        )
+    return None
+
+
+def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
+    reason = satisfied_reason(facts, answers, choices)
+    if reason:
+        return satisfied("driver", reason)
+    repo = nvidia_repo_actions(facts)
+    if repo is None:
+        return pending("driver", no_repo_reason(facts), [])
+
+    pin, package = knowledge().repo.driver_packages(choices.driver_branch, choices.driver_modules)
+    prerequisites = ["ca-certificates", "curl"]
+    if facts.kernel.headers_installed is not True and facts.kernel.release:
+        prerequisites.append(f"linux-headers-{facts.kernel.release}")
+    actions = [
+        Action(id="driver.apt-update", title="Refresh package lists", argv=["apt-get", "update"],
+               env=dict(APT_ENV)),
+        apt_install("driver.prerequisites", "Install download tools and kernel headers",
+                    prerequisites),
+        *repo,
+    ]
+    if facts.nouveau_loaded:
+        actions += [
+            Action(id="driver.blacklist-nouveau", title="Blacklist nouveau",
+                   argv=["install", "-m", "0644", str(ASSETS_DIR / "blacklist-nouveau.conf"),
+                         NOUVEAU_BLACKLIST]),
+            Action(id="driver.initramfs", title="Rebuild the initramfs without nouveau",
+                   argv=["update-initramfs", "-u"]),
+        ]
+    actions.append(apt_install("driver.pin", f"Pin driver branch {choices.driver_branch}", [pin]))
+    actions.append(
+        apt_install("driver.install",
+                    f"Install NVIDIA driver {choices.driver_branch} ({choices.driver_modules} "
+                    "kernel modules)",
+                    [package], reboot_after=True)
+    )
+    return pending("driver", _why_install(facts, answers, choices), actions)
+
+
+def _why_install(facts: Facts, answers: Answers, choices: Choices) -> str:
+    drv = facts.driver
+    target = f"driver {choices.driver_branch} ({choices.driver_modules} modules)"
+    if answers.driver.action == "install":
+        why = "driver.action is install"
+    elif drv is None or not drv.loaded:
+        why = "no NVIDIA driver is loaded"
+    else:
+        why = f"driver {drv.version} cannot run CUDA {choices.cuda}"
+    text = f"{why}: install {target}, then reboot"
+    if facts.secure_boot == "enabled":
+        text += (
+            ". Secure Boot is on: DKMS signs the modules with the machine owner key "
+            f"{knowledge().driver.mok_key_path}; before rebooting run "
+            f"`sudo mokutil --import {knowledge().driver.mok_key_path}` and choose a one-time "
+            "password, then on the console at boot pick 'Enroll MOK' and type it"
+        )
+    return text

@@ -1,0 +1,35 @@
+"""Wizard step 2: CUDA toolkit(s), installed beside any that exist, never replacing one."""
+
+from __future__ import annotations
+
+from steps.answers import Answers
+from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
+from steps.choices import Choices
+from steps.facts import Facts
+from steps.knowledge import knowledge
+from steps.plan import Step, pending, satisfied
+
+
+def missing(facts: Facts, choices: Choices) -> list[str]:
+    return [v for v in choices.toolkits if facts.toolkit(v) is None]
+
+
+def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
+    if not choices.toolkits:
+        return satisfied("toolkit", "no CUDA toolkit needed: torch is the CPU build")
+    todo = missing(facts, choices)
+    present = [f"CUDA {t.version} at {t.path}" for t in facts.toolkits]
+    if not todo:
+        return satisfied("toolkit", "already installed: " + ", ".join(present))
+    repo = nvidia_repo_actions(facts)
+    if repo is None:
+        return pending("toolkit", no_repo_reason(facts), [])
+    k = knowledge().repo
+    beside = f" beside {', '.join(present)}" if present else ""
+    reason = f"CUDA {', '.join(todo)} is missing: install to {', '.join(k.toolkit_path_for(v) for v in todo)}{beside}"
+    actions = repo + [
+        apt_install(f"toolkit.install-{v}", f"Install CUDA toolkit {v} to {k.toolkit_path_for(v)}",
+                    [k.toolkit_package_for(v)])
+        for v in todo
+    ]
+    return pending("toolkit", reason, actions)

@@ -1,0 +1,35 @@
+"""Warnings that follow from the machine alone, in plain words."""
+
+from __future__ import annotations
+
+from steps.facts import Facts
+
+
+def machine_warnings(facts: Facts) -> list[str]:
+    out = []
+    if not facts.gpus:
+        out.append("no NVIDIA GPU found: torch will be the CPU build and no driver is installed.")
+    unknown = [g.pci_device_id or "?" for g in facts.gpus if g.compute_capability is None]
+    if unknown:
+        out.append(
+            f"GPU(s) with PCI device id {', '.join(unknown)} are not in mlsetup's table: their "
+            "compute capability is unknown until the driver is loaded."
+        )
+    if facts.gpus and facts.driver is None:
+        out.append("no NVIDIA driver is loaded.")
+    if facts.nouveau_loaded:
+        out.append(
+            "the nouveau driver is loaded: it is blacklisted before the NVIDIA driver is "
+            "installed, and a reboot is needed."
+        )
+    if facts.gpus and facts.kernel.headers_installed is False:
+        out.append(
+            f"kernel headers for {facts.kernel.release} are missing: the driver's modules cannot "
+            "be built without them (the driver step installs them)."
+        )
+    if facts.secure_boot == "enabled":
+        out.append(
+            "Secure Boot is enabled: a newly built driver module loads only after its signing "
+            "key is enrolled (MOK), which needs the console at the next boot."
+        )
+    return out
