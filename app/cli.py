@@ -21,36 +21,60 @@ EXIT_INPUT = 2
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", type=Path, default=Path("/"), metavar="DIR",
-                        help="treat DIR as the machine's / (for tests and recorded machines)")
-    common.add_argument("--dry-run", action="store_true",
-                        help="do everything except run commands")
+    common.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        metavar="DIR",
+        help="treat DIR as the machine's / (for tests and recorded machines)",
+    )
+    common.add_argument("--dry-run", action="store_true", help="do everything except run commands")
 
     p = argparse.ArgumentParser(
-        prog="mlsetup", parents=[common],
+        prog="mlsetup",
+        parents=[common],
         description="Take an Ubuntu/Debian GPU server to a working ML stack: NVIDIA driver, "
-                    "CUDA toolkit(s), a PyTorch venv, CUDA extensions such as flash-attn.",
+        "CUDA toolkit(s), a PyTorch venv, CUDA extensions such as flash-attn.",
         epilog="exit codes: 0 done, 1 a step failed, 2 invalid input, 3 needs root, "
-               "4 another apply is running, 10 paused for a reboot",
+        "4 another apply is running, 10 paused for a reboot",
     )
     p.add_argument("--answers", type=Path, metavar="FILE", help="pre-fill from an answers file")
-    p.add_argument("--facts", type=Path, metavar="FILE",
-                   help="a recorded machine (mlsetup probe --json) instead of this one")
+    p.add_argument(
+        "--facts",
+        type=Path,
+        metavar="FILE",
+        help="a recorded machine (mlsetup probe --json) instead of this one",
+    )
+    p.add_argument("--version", action="version", version=f"mlsetup {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     probe = sub.add_parser("probe", parents=[common], help="show what this machine has")
     probe.add_argument("--json", action="store_true", help="print Facts (mlsetup.facts/1)")
 
     plan = sub.add_parser("plan", parents=[common], help="show what would be done, and why")
-    plan.add_argument("--facts", type=Path, metavar="FILE",
-                      help="plan for a recorded machine (mlsetup probe --json); touches nothing")
+    plan.add_argument(
+        "--facts",
+        type=Path,
+        metavar="FILE",
+        help="plan for a recorded machine (mlsetup probe --json); touches nothing",
+    )
     plan.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
 
     answers = sub.add_parser("answers", parents=[common], help="the answers file format")
-    answers.add_argument("--schema", action="store_true", required=True,
-                         help="print the answers file's JSON Schema")
+    answers.add_argument(
+        "--schema", action="store_true", required=True, help="print the answers file's JSON Schema"
+    )
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlsetup")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def _facts(args: argparse.Namespace) -> Facts:
@@ -81,8 +105,9 @@ def run(argv: list[str]) -> int:
         from steps.probe import probe
 
         result = probe(RootFS(args.root))
-        sys.stdout.write(result.facts.to_json() if args.json else
-                         facts_text(result.facts, result.notes))
+        sys.stdout.write(
+            result.facts.to_json() if args.json else facts_text(result.facts, result.notes)
+        )
         return 0
     if args.command == "answers":
         print(json.dumps(Answers.model_json_schema(), indent=2))
@@ -94,7 +119,7 @@ def run(argv: list[str]) -> int:
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())
     else:
-        sys.stdout.write(facts_text(facts) + "\n" + plan_text(plan))
+        sys.stdout.write(facts_text(facts, warnings=False) + "\n" + plan_text(plan))
     return 0
 
 

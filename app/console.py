@@ -15,7 +15,7 @@ def _gib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / GIB:.1f} GiB"
 
 
-def facts_text(facts: Facts, notes: list[str] | None = None) -> str:
+def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = True) -> str:
     os_ = facts.os
     lines = [
         f"Machine     {os_.pretty or os_.id or 'unknown OS'} ({os_.arch}), kernel "
@@ -53,19 +53,21 @@ def facts_text(facts: Facts, notes: list[str] | None = None) -> str:
     lines.append(f"Secure Boot {facts.secure_boot}")
     if facts.user:
         lines.append(f"User        {facts.user.name} ({facts.user.home})")
-    warnings = machine_warnings(facts) + (notes or [])
-    if warnings:
+    shown = (machine_warnings(facts) if warnings else []) + (notes or [])
+    if shown:
         lines.append("")
-        lines += [f"warning: {w}" for w in warnings]
+        lines += [f"warning: {w}" for w in shown]
     return "\n".join(lines) + "\n"
 
 
 def command_text(action: Action) -> str:
     """The action as a shell line a person could paste (env first, `sudo -u` for user actions)."""
     prefix = [f"{k}={v}" for k, v in action.env.items()]
-    words = (["sudo", "-u", action.user] if action.user else []) + (
-        ["env", *prefix] if prefix else []
-    ) + action.argv
+    words = (
+        (["sudo", "-u", action.user] if action.user else [])
+        + (["env", *prefix] if prefix else [])
+        + action.argv
+    )
     return shlex.join(words)
 
 
@@ -82,5 +84,7 @@ def plan_text(plan: Plan) -> str:
             lines.append(f"       $ {command_text(action)}")
     pending = sum(len(s.actions) for s in plan.steps)
     lines.append("")
-    lines.append(f"{pending} action(s) to run." if pending else "Nothing to do: every step is satisfied.")
+    lines.append(
+        f"{pending} action(s) to run." if pending else "Nothing to do: every step is satisfied."
+    )
     return "\n".join(lines) + "\n"

@@ -59,7 +59,8 @@ class DriverAnswers(_Section):
 
 class ToolkitAnswers(_Section):
     versions: Literal["auto"] | list[str] = Field(
-        "auto", description='"auto" = the CUDA torch is built with; or a list such as ["12.8", "13.0"]'
+        "auto",
+        description='"auto" = the CUDA torch is built with; or a list such as ["12.8", "13.0"]',
     )
 
     @field_validator("versions")
@@ -69,14 +70,23 @@ class ToolkitAnswers(_Section):
             known = [r.version for r in knowledge().cuda.releases]
             for item in v:
                 if item not in known:
-                    raise ValueError(f"{item!r} is not a CUDA release mlsetup knows; allowed: {known}")
+                    raise ValueError(
+                        f"{item!r} is not a CUDA release mlsetup knows; allowed: {known}"
+                    )
         return v
 
 
 class VenvAnswers(_Section):
     path: str = Field("~/ml-env", description='"~" is the invoking (sudo) user\'s home')
-    python: str = Field("3.12", pattern=r"^3\.\d+$", description="Python major.minor, e.g. 3.12")
+    python: str = Field("3.12", description="Python major.minor, e.g. 3.12")
     user: str = Field("auto", description="auto = $SUDO_USER, else the account running mlsetup")
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not re.fullmatch(r"3\.\d+", v):
+            raise ValueError('allowed: a Python 3 major.minor version such as "3.12"')
+        return v
 
     @field_validator("path")
     @classmethod
@@ -98,7 +108,9 @@ class TorchAnswers(_Section):
             try:
                 SpecifierSet(v)
             except InvalidSpecifier:
-                raise ValueError('allowed: "auto" or a PEP 440 specifier such as "==2.8.0"') from None
+                raise ValueError(
+                    'allowed: "auto" or a PEP 440 specifier such as "==2.8.0"'
+                ) from None
         return v
 
     @field_validator("cuda")
@@ -151,7 +163,9 @@ class BuildAnswers(_Section):
     max_jobs: Literal["auto"] | int = Field(
         "auto", description="auto = live memory governor; or an integer ceiling"
     )
-    memory_reserve: str = Field("10%", description='RAM never given to compile jobs: "10%" or "8GiB"')
+    memory_reserve: str = Field(
+        "10%", description='RAM never given to compile jobs: "10%" or "8GiB"'
+    )
 
     @field_validator("max_jobs", mode="before")
     @classmethod
@@ -165,7 +179,9 @@ class BuildAnswers(_Section):
     def _reserve(cls, v: str) -> str:
         m = _MEMORY.match(v.strip())
         if not m or (m.group(1) is not None and not 0 <= float(m.group(1)) < 100):
-            raise ValueError('allowed: a percentage below 100 such as "10%", or a size such as "8GiB"')
+            raise ValueError(
+                'allowed: a percentage below 100 such as "10%", or a size such as "8GiB"'
+            )
         return v
 
     def reserve_bytes(self, total_bytes: int) -> int:

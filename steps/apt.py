@@ -11,15 +11,28 @@ APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 # mlsetup never removes what it did not install. The conffile options keep a local config
 # without a prompt that would hang an unattended run.
 APT_INSTALL = [
-    "apt-get", "install", "-y", "--no-remove",
-    "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+    "apt-get",
+    "install",
+    "-y",
+    "--no-remove",
+    "-o",
+    "Dpkg::Options::=--force-confdef",
+    "-o",
+    "Dpkg::Options::=--force-confold",
 ]
 CACHE_DIR = "/var/cache/mlsetup"
 
 
-def apt_install(action_id: str, title: str, packages: list[str], reboot_after: bool = False) -> Action:
-    return Action(id=action_id, title=title, argv=[*APT_INSTALL, *packages], env=dict(APT_ENV),
-                  reboot_after=reboot_after)
+def apt_install(
+    action_id: str, title: str, packages: list[str], reboot_after: bool = False
+) -> Action:
+    return Action(
+        id=action_id,
+        title=title,
+        argv=[*APT_INSTALL, *packages],
+        env=dict(APT_ENV),
+        reboot_after=reboot_after,
+    )
 
 
 def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
@@ -30,12 +43,23 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
         return None
     keyring = f"{CACHE_DIR}/{repo.keyring_package}"
     return [
-        Action(id="nvidia-repo.keyring-download", title="Download NVIDIA's CUDA repository keyring",
-               argv=["curl", "-fsSL", "--retry", "3", "-o", keyring, base + repo.keyring_package]),
-        Action(id="nvidia-repo.keyring-install", title="Install NVIDIA's CUDA repository keyring",
-               argv=["dpkg", "-i", keyring], env=dict(APT_ENV)),
-        Action(id="nvidia-repo.update", title="Refresh package lists with NVIDIA's repository",
-               argv=["apt-get", "update"], env=dict(APT_ENV)),
+        Action(
+            id="nvidia-repo.keyring-download",
+            title="Download NVIDIA's CUDA repository keyring",
+            argv=["curl", "-fsSL", "--retry", "3", "-o", keyring, base + repo.keyring_package],
+        ),
+        Action(
+            id="nvidia-repo.keyring-install",
+            title="Install NVIDIA's CUDA repository keyring",
+            argv=["dpkg", "-i", keyring],
+            env=dict(APT_ENV),
+        ),
+        Action(
+            id="nvidia-repo.update",
+            title="Refresh package lists with NVIDIA's repository",
+            argv=["apt-get", "update"],
+            env=dict(APT_ENV),
+        ),
     ]
 
 

@@ -15,8 +15,8 @@ from packaging.version import Version
 
 from steps.answers import Answers, ExtensionAnswers
 from steps.facts import Facts
-from steps.warnings import machine_warnings
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
+from steps.warnings import machine_warnings
 
 GIB = 2**30
 
@@ -185,7 +185,16 @@ def _auto_build(
                 f"driver {drv.version} runs none of torch's CUDA builds ({', '.join(gpu_ok)}) and "
                 "driver.action is skip: torch will not see the GPUs."
             )
-    return gpu_ok[0]
+            return gpu_ok[0]
+    # A driver will be installed: the newest build that the branch to install runs natively.
+    branch = (
+        k.driver.recommended_branch
+        if answers.driver.branch == "auto"
+        else int(answers.driver.branch)
+    )
+    branch_cuda = k.cuda.newest_supported_by_branch(branch)
+    fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, _cuda(b))]
+    return (fits or gpu_ok)[0]
 
 
 def _cuda(build: str) -> str:
@@ -215,7 +224,8 @@ def _driver_target(
         branch = int(answers.driver.branch)
         if branch < needed:
             warnings.append(
-                f"driver.branch {branch} is older than CUDA {cuda} needs (branch {needed} or newer)."
+                f"driver.branch {branch} is older than CUDA {cuda} needs "
+                f"(branch {needed} or newer)."
             )
 
     ccs = [Version(cc) for cc in facts.compute_capabilities]
@@ -237,7 +247,6 @@ def _driver_target(
                 "work only with the open modules."
             )
     return branch, modules
-
 
 
 def _machine_warnings(
@@ -274,7 +283,7 @@ def _machine_warnings(
 
 
 def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
-    """A ceiling on compile jobs: cores, and available RAM less the reserve over the per-job peak."""
+    """A ceiling on compile jobs: the cores, and RAM available beyond the reserve ÷ per-job peak."""
     if answers.build.max_jobs != "auto":
         return answers.build.max_jobs
     cores = facts.cpu.logical or 1

@@ -40,26 +40,45 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
     if facts.kernel.headers_installed is not True and facts.kernel.release:
         prerequisites.append(f"linux-headers-{facts.kernel.release}")
     actions = [
-        Action(id="driver.apt-update", title="Refresh package lists", argv=["apt-get", "update"],
-               env=dict(APT_ENV)),
-        apt_install("driver.prerequisites", "Install download tools and kernel headers",
-                    prerequisites),
+        Action(
+            id="driver.apt-update",
+            title="Refresh package lists",
+            argv=["apt-get", "update"],
+            env=dict(APT_ENV),
+        ),
+        apt_install(
+            "driver.prerequisites", "Install download tools and kernel headers", prerequisites
+        ),
         *repo,
     ]
     if facts.nouveau_loaded:
         actions += [
-            Action(id="driver.blacklist-nouveau", title="Blacklist nouveau",
-                   argv=["install", "-m", "0644", str(ASSETS_DIR / "blacklist-nouveau.conf"),
-                         NOUVEAU_BLACKLIST]),
-            Action(id="driver.initramfs", title="Rebuild the initramfs without nouveau",
-                   argv=["update-initramfs", "-u"]),
+            Action(
+                id="driver.blacklist-nouveau",
+                title="Blacklist nouveau",
+                argv=[
+                    "install",
+                    "-m",
+                    "0644",
+                    str(ASSETS_DIR / "blacklist-nouveau.conf"),
+                    NOUVEAU_BLACKLIST,
+                ],
+            ),
+            Action(
+                id="driver.initramfs",
+                title="Rebuild the initramfs without nouveau",
+                argv=["update-initramfs", "-u"],
+            ),
         ]
     actions.append(apt_install("driver.pin", f"Pin driver branch {choices.driver_branch}", [pin]))
     actions.append(
-        apt_install("driver.install",
-                    f"Install NVIDIA driver {choices.driver_branch} ({choices.driver_modules} "
-                    "kernel modules)",
-                    [package], reboot_after=True)
+        apt_install(
+            "driver.install",
+            f"Install NVIDIA driver {choices.driver_branch} ({choices.driver_modules} "
+            "kernel modules)",
+            [package],
+            reboot_after=True,
+        )
     )
     return pending("driver", _why_install(facts, answers, choices), actions)
 

@@ -69,5 +69,5 @@ def _show(value: object) -> str:
 def _allowed(err: dict) -> str:
     msg = err["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     return msg[0].lower() + msg[1:] if msg else msg

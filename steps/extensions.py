@@ -39,15 +39,28 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             done.append(f"{recipe.package} {answer.version}")
             continue
         actions += [
-            Action(id=f"extensions.{answer.name}.prerequisites",
-                   title=f"Install {answer.name}'s build requirements",
-                   argv=["uv", "pip", "install", "--python", py, *recipe.build_requires], user=user),
-            Action(id=f"extensions.{answer.name}.build",
-                   title=f"Build and install {answer.name} {answer.version} for compute capability "
-                         f"{', '.join(target.compute_capabilities)}",
-                   argv=["uv", "pip", "install", "--python", py, "--no-build-isolation",
-                         f"{recipe.package}=={answer.version}"],
-                   env=build_env(target, choices), user=user),
+            Action(
+                id=f"extensions.{answer.name}.prerequisites",
+                title=f"Install {answer.name}'s build requirements",
+                argv=["uv", "pip", "install", "--python", py, *recipe.build_requires],
+                user=user,
+            ),
+            Action(
+                id=f"extensions.{answer.name}.build",
+                title=f"Build and install {answer.name} {answer.version} for compute capability "
+                f"{', '.join(target.compute_capabilities)}",
+                argv=[
+                    "uv",
+                    "pip",
+                    "install",
+                    "--python",
+                    py,
+                    "--no-build-isolation",
+                    f"{recipe.package}=={answer.version}",
+                ],
+                env=build_env(target, choices),
+                user=user,
+            ),
         ]
     if not actions:
         if done:
@@ -55,6 +68,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         return satisfied("extensions", "nothing to build: see the warnings")
     names = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
     return pending(
-        "extensions", f"build {', '.join(names)} against the venv's torch (CUDA {choices.cuda})",
+        "extensions",
+        f"build {', '.join(names)} against the venv's torch (CUDA {choices.cuda})",
         actions,
     )

@@ -120,7 +120,9 @@ def facts_from_json(text: str, origin: str) -> Facts:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from exc
+        raise InputError(
+            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}"
+        ) from exc
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a JSON object with schema {FACTS_SCHEMA!r}")
     if data.get("schema") != FACTS_SCHEMA:

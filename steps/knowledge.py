@@ -50,6 +50,11 @@ class CudaKnowledge:
         ok = [r.version for r in self.releases if Version(driver_version) >= Version(r.min_driver)]
         return max(ok, key=Version) if ok else None
 
+    def newest_supported_by_branch(self, branch: int) -> str | None:
+        """Highest CUDA release that some driver of `branch` supports."""
+        ok = [r.version for r in self.releases if int(r.min_driver.split(".")[0]) <= branch]
+        return max(ok, key=Version) if ok else None
+
     def driver_runs(self, driver_version: str, driver_cuda_max: str | None, cuda: str) -> bool:
         """Whether a driver can run code built with CUDA `cuda`.
 
@@ -103,8 +108,10 @@ class NvidiaRepo:
 
     def driver_packages(self, branch: int, modules: str) -> tuple[str, str]:
         """The branch's pinning package and the metapackage to install after it."""
-        return (str(self.driver_package["pin"]).format(branch=branch),
-                str(self.driver_package[modules]))
+        return (
+            str(self.driver_package["pin"]).format(branch=branch),
+            str(self.driver_package[modules]),
+        )
 
     @property
     def min_driver_branch(self) -> int:

@@ -6,6 +6,7 @@ A snapshot is the JSON the project records on real servers
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,15 +54,17 @@ def read_nvml() -> NvmlReading:
             pci = pynvml.nvmlDeviceGetPciInfo(h)
             bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId
             name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(NvmlGpu(
-                index=i,
-                name=name.decode() if isinstance(name, bytes) else name,
-                pci_bus_id=bus_id,
-                # pciDeviceId packs device id (high 16 bits) and vendor id (low 16 bits)
-                pci_device_id=f"0x{pci.pciDeviceId >> 16:04x}",
-                compute_capability=f"{major}.{minor}",
-                memory_bytes=pynvml.nvmlDeviceGetMemoryInfo(h).total,
-            ))
+            gpus.append(
+                NvmlGpu(
+                    index=i,
+                    name=name.decode() if isinstance(name, bytes) else name,
+                    pci_bus_id=bus_id,
+                    # pciDeviceId packs device id (high 16 bits) and vendor id (low 16 bits)
+                    pci_device_id=f"0x{pci.pciDeviceId >> 16:04x}",
+                    compute_capability=f"{major}.{minor}",
+                    memory_bytes=pynvml.nvmlDeviceGetMemoryInfo(h).total,
+                )
+            )
         version = pynvml.nvmlSystemGetDriverVersion()
         return NvmlReading(
             driver_version=version.decode() if isinstance(version, bytes) else version,
@@ -71,10 +74,8 @@ def read_nvml() -> NvmlReading:
     except pynvml.NVMLError as exc:
         raise NvmlUnavailable(f"NVML failed: {exc}") from exc
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def load_snapshot(path: Path) -> NvmlReading:

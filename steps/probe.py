@@ -74,7 +74,9 @@ def probe(fs: RootFS | None = None, env: Mapping[str, str] | None = None) -> Pro
     notes = []
     if nvml is None and (driver or facts.gpus):  # on a box with no NVIDIA GPU, NVML is moot
         notes += nvml_notes
-        notes.append("GPUs were read from PCI: names and compute capabilities are from mlsetup's table")
+        notes.append(
+            "GPUs were read from PCI: names and compute capabilities are from mlsetup's table"
+        )
     return ProbeResult(facts, notes)
 
 
@@ -110,8 +112,10 @@ def _kernel(fs: RootFS) -> KernelInfo:
     target = os.readlink(build) if build.is_symlink() else None
     headers = (
         fs.exists(f"/usr/src/linux-headers-{release}")
-        or (target is not None and fs.exists(target if target.startswith("/") else
-                                             f"/lib/modules/{release}/{target}"))
+        or (
+            target is not None
+            and fs.exists(target if target.startswith("/") else f"/lib/modules/{release}/{target}")
+        )
         or (build.is_dir() and not build.is_symlink())
     )
     return KernelInfo(release=release, headers_installed=headers)
@@ -186,9 +190,17 @@ def _gpus(fs: RootFS, nvml: NvmlReading | None) -> list[Gpu]:
         for g in nvml.gpus:
             bus = _bus_id(g.pci_bus_id)
             device = g.pci_device_id or _sysfs(fs, f"/sys/bus/pci/devices/{bus}/device")
-            gpus.append(Gpu(index=g.index, name=g.name, pci_device_id=device, pci_bus_id=bus,
-                            compute_capability=g.compute_capability, memory_bytes=g.memory_bytes,
-                            source="nvml"))
+            gpus.append(
+                Gpu(
+                    index=g.index,
+                    name=g.name,
+                    pci_device_id=device,
+                    pci_bus_id=bus,
+                    compute_capability=g.compute_capability,
+                    memory_bytes=g.memory_bytes,
+                    source="nvml",
+                )
+            )
         return gpus
     table = knowledge().gpus
     found = []
@@ -202,9 +214,15 @@ def _gpus(fs: RootFS, nvml: NvmlReading | None) -> list[Gpu]:
         model = table.get(device or "")
         found.append((Path(dev).name, device, model))
     return [
-        Gpu(index=i, name=model.name if model else None, pci_device_id=device, pci_bus_id=bus,
-            compute_capability=model.compute_capability if model else None, memory_bytes=None,
-            source="pci")
+        Gpu(
+            index=i,
+            name=model.name if model else None,
+            pci_device_id=device,
+            pci_bus_id=bus,
+            compute_capability=model.compute_capability if model else None,
+            memory_bytes=None,
+            source="pci",
+        )
         for i, (bus, device, model) in enumerate(sorted(found, key=lambda f: f[0]))
     ]
 
@@ -255,8 +273,9 @@ def _toolkit_version(path: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        out = subprocess.run([str(path / "bin" / "nvcc"), "--version"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            [str(path / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = _NVCC_RELEASE.search(out.stdout)
@@ -275,7 +294,9 @@ def _pythons(fs: RootFS) -> list[PythonInfo]:
         try:
             out_ = subprocess.run(
                 [str(path), "-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
         except (OSError, subprocess.TimeoutExpired):
             continue

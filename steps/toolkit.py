@@ -26,10 +26,14 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
         return pending("toolkit", no_repo_reason(facts), [])
     k = knowledge().repo
     beside = f" beside {', '.join(present)}" if present else ""
-    reason = f"CUDA {', '.join(todo)} is missing: install to {', '.join(k.toolkit_path_for(v) for v in todo)}{beside}"
+    paths = ", ".join(k.toolkit_path_for(v) for v in todo)
+    reason = f"CUDA {', '.join(todo)} is missing: install to {paths}{beside}"
     actions = repo + [
-        apt_install(f"toolkit.install-{v}", f"Install CUDA toolkit {v} to {k.toolkit_path_for(v)}",
-                    [k.toolkit_package_for(v)])
+        apt_install(
+            f"toolkit.install-{v}",
+            f"Install CUDA toolkit {v} to {k.toolkit_path_for(v)}",
+            [k.toolkit_package_for(v)],
+        )
         for v in todo
     ]
     return pending("toolkit", reason, actions)

@@ -51,28 +51,51 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
 
     actions = []
     if venv is None:
-        actions.append(Action(
-            id="venv.create", title=f"Create a Python {answers.venv.python} venv at {path}",
-            argv=["uv", "venv", "--python", answers.venv.python, path], user=user))
+        actions.append(
+            Action(
+                id="venv.create",
+                title=f"Create a Python {answers.venv.python} venv at {path}",
+                argv=["uv", "venv", "--python", answers.venv.python, path],
+                user=user,
+            )
+        )
     if todo_torch:
         index = knowledge().torch.index_for(choices.torch_build)
-        actions.append(Action(
-            id="venv.torch", title=f"Install {choices.torch_requirement} ({choices.torch_build})",
-            argv=["uv", "pip", "install", "--python", choices.venv_python,
-                  choices.torch_requirement, "--index-url", index],
-            user=user))
+        actions.append(
+            Action(
+                id="venv.torch",
+                title=f"Install {choices.torch_requirement} ({choices.torch_build})",
+                argv=[
+                    "uv",
+                    "pip",
+                    "install",
+                    "--python",
+                    choices.venv_python,
+                    choices.torch_requirement,
+                    "--index-url",
+                    index,
+                ],
+                user=user,
+            )
+        )
     if todo_packages:
-        actions.append(Action(
-            id="venv.packages", title=f"Install {', '.join(todo_packages)}",
-            argv=["uv", "pip", "install", "--python", choices.venv_python, *todo_packages],
-            user=user))
+        actions.append(
+            Action(
+                id="venv.packages",
+                title=f"Install {', '.join(todo_packages)}",
+                argv=["uv", "pip", "install", "--python", choices.venv_python, *todo_packages],
+                user=user,
+            )
+        )
 
     if venv is None:
         reason = f"no venv at {path}: create it as {choices.owner.name}"
     else:
         have = venv.version_of("torch")
-        reason = (f"{path} exists (torch {have or 'missing'}); "
-                  f"needs {choices.torch_requirement} {choices.torch_build}")
+        reason = (
+            f"{path} exists (torch {have or 'missing'}); "
+            f"needs {choices.torch_requirement} {choices.torch_build}"
+        )
         if todo_packages:
             reason += f" and {', '.join(todo_packages)}"
     return pending("venv", reason, actions)

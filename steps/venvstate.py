@@ -42,5 +42,9 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
         if torch_version.exists():
             cm = _TORCH_CUDA.search(torch_version.read_text(errors="replace"))
             torch_cuda = cm.group(1) if cm else None
-    return VenvState(path=path, python_version=m.group(1) if m else None, packages=packages,
-                     torch_cuda=torch_cuda)
+    return VenvState(
+        path=path,
+        python_version=m.group(1) if m else None,
+        packages=packages,
+        torch_cuda=torch_cuda,
+    )

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install mlsetup into an environment of its own and put `mlsetup` on root's PATH.
+#
+#   ./install.sh            # as root, or a user with sudo (it asks)
+#
+# Works on a fresh Ubuntu/Debian server without pip (PEP 668): the tool lives in its own venv
+# at $MLSETUP_PREFIX (default /opt/mlsetup), linked from /usr/local/bin, which sudo keeps on PATH.
+set -euo pipefail
+
+prefix=${MLSETUP_PREFIX:-/opt/mlsetup}
+bindir=${MLSETUP_BINDIR:-/usr/local/bin}
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        exec sudo MLSETUP_PREFIX="$prefix" MLSETUP_BINDIR="$bindir" -- "$0" "$@"
+    fi
+    echo "install.sh: needs root to write $prefix and $bindir; run it as root" >&2
+    exit 3
+fi
+
+# The system's Python (the one a server keeps); any python3 >= 3.10 otherwise.
+python=/usr/bin/python3
+[ -x "$python" ] || python=$(command -v python3 || true)
+if [ -z "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "install.sh: mlsetup needs Python 3.10 or newer (apt-get install python3)" >&2
+    exit 1
+fi
+
+# Ubuntu and Debian ship venv without ensurepip until python3-venv is installed.
+if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    echo "install.sh: installing python3-venv"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y python3-venv || { apt-get update && apt-get install -y python3-venv; }
+fi
+
+echo "install.sh: creating $prefix with $("$python" --version)"
+"$python" -m venv --clear "$prefix"
+"$prefix/bin/python" -m pip install --quiet --disable-pip-version-check "$src"
+mkdir -p "$bindir"
+ln -sfn "$prefix/bin/mlsetup" "$bindir/mlsetup"
+echo "install.sh: installed $("$prefix/bin/mlsetup" --version) as $bindir/mlsetup"

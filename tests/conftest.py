@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakemachine import FakeMachine
+
+REPO = Path(__file__).resolve().parent.parent
+MACHINES = REPO / "assets" / "machines"
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> FakeMachine:
+    return FakeMachine(tmp_path / "root")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """mlsetup as a user runs it: a separate process, its exit code and its output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=120,
+    )

@@ -1,0 +1,215 @@
+"""The planner on recorded machines: the failures from DESIGN.md, decided before anything runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from steps.answers import answers_from_toml
+from steps.facts import load_facts
+from steps.plan import STEP_ORDER, make_plan
+from steps.venvstate import VenvState
+from tests.conftest import MACHINES, run_cli
+
+RTX = MACHINES / "rtx-pro-6000-ubuntu2404.json"
+H200 = MACHINES / "h200-ubuntu2404.json"
+FRESH = MACHINES / "fresh-h100x8-ubuntu2204.json"
+GPULESS = MACHINES / "gpu-less-debian12.json"
+
+FLASH_ATTN = """
+[[extensions]]
+name = "flash-attn"
+version = "2.8.3"
+"""
+
+
+def plan_for(machine, answers_toml: str = "", venv: VenvState | None = None):
+    return make_plan(load_facts(machine), answers_from_toml(answers_toml, "test.toml"), venv)
+
+
+def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only():
+    plan = plan_for(RTX, '[torch]\ncuda = "cu128"\n' + FLASH_ATTN)
+    assert [s.name for s in plan.steps] == list(STEP_ORDER)
+
+    driver = plan.step("driver")
+    assert driver.status == "satisfied" and "590.48.01" in driver.reason
+
+    toolkit = plan.step("toolkit")
+    assert toolkit.status == "pending"
+    installs = [a for a in toolkit.actions if a.id.startswith("toolkit.install")]
+    assert [a.argv[-1] for a in installs] == ["cuda-toolkit-12-8"]
+    assert "beside CUDA 13.1" in toolkit.reason
+    assert not any(w in ("remove", "purge", "autoremove") for a in plan.actions for w in a.argv)
+
+    build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
+    assert build.env["CUDA_HOME"] == "/usr/local/cuda-12.8"
+    assert build.env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
+    assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "120"
+    assert build.env["NVCC_THREADS"] == "4"
+    assert build.env["MAX_JOBS"].isdigit() and 1 <= int(build.env["MAX_JOBS"]) <= 128
+    assert "--no-build-isolation" in build.argv and "flash-attn==2.8.3" in build.argv
+    assert build.user == "ml"
+
+    # prerequisites come first, in the same venv
+    ids = [a.id for a in plan.step("extensions").actions]
+    assert ids == ["extensions.flash-attn.prerequisites", "extensions.flash-attn.build"]
+    prereq = plan.step("extensions").actions[0].argv
+    for pkg in ("packaging", "wheel", "ninja", "psutil", "setuptools"):
+        assert pkg in prereq
+
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert torch.argv[-2:] == ["--index-url", "https://download.pytorch.org/whl/cu128"]
+
+
+def test_h200_server_is_satisfied_for_cu130_with_arch_90():
+    plan = plan_for(H200, FLASH_ATTN)
+    assert plan.step("driver").status == "satisfied"
+    assert plan.step("toolkit").status == "satisfied"
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert torch.argv[-1].endswith("/cu130")
+    build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
+    assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "90"
+    assert build.env["CUDA_HOME"] == "/usr/local/cuda-13.0"
+
+
+def test_h200_with_finished_venv_has_nothing_to_do():
+    venv = VenvState(
+        path="/home/ubuntu/ml-env",
+        python_version="3.12.3",
+        packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3"},
+        torch_cuda="13.0",
+    )
+    plan = plan_for(H200, FLASH_ATTN, venv)
+    assert [s.status for s in plan.steps] == ["satisfied"] * 4
+    assert plan.actions == []
+
+
+def test_fresh_box_installs_pinned_open_driver_blacklists_nouveau_and_reboots():
+    plan = plan_for(FRESH)
+    driver = plan.step("driver")
+    ids = [a.id for a in driver.actions]
+    assert ids.index("driver.blacklist-nouveau") < ids.index("driver.install")
+    assert (
+        ids.index("nvidia-repo.keyring-install")
+        < ids.index("driver.pin")
+        < ids.index("driver.install")
+    )
+    install = driver.actions[-1]
+    assert install.reboot_after is True
+    assert install.argv[-1] == "nvidia-open"
+    assert "--no-remove" in install.argv
+    assert (
+        next(a for a in driver.actions if a.id == "driver.pin").argv[-1]
+        == "nvidia-driver-pinning-580"
+    )
+    prereq = next(a for a in driver.actions if a.id == "driver.prerequisites")
+    assert "linux-headers-5.15.0-126-generic" in prereq.argv
+    keyring = next(a for a in driver.actions if a.id == "nvidia-repo.keyring-download")
+    assert keyring.argv[-1].startswith(
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
+    )
+    assert "mokutil --import" in driver.reason  # Secure Boot is on
+    # the repo is set up once, by the driver step
+    assert not any(a.id.startswith("nvidia-repo.") for a in plan.step("toolkit").actions)
+    assert [a.argv[-1] for a in plan.step("toolkit").actions] == ["cuda-toolkit-13-0"]
+    assert any("nouveau" in w for w in plan.warnings)
+    assert all(
+        a.env.get("DEBIAN_FRONTEND") == "noninteractive"
+        for a in plan.actions
+        if a.argv[0] in ("apt-get", "dpkg")
+    )
+
+
+def test_pre_turing_gpu_gets_proprietary_modules(tmp_path):
+    data = json.loads(FRESH.read_text())
+    for g in data["gpus"]:
+        g.update(name="Tesla V100-SXM2-32GB", pci_device_id="0x1db5", compute_capability="7.0")
+    path = tmp_path / "v100.json"
+    path.write_text(json.dumps(data))
+    plan = plan_for(path)
+    assert plan.step("driver").actions[-1].argv[-1] == "cuda-drivers"
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert torch.argv[-1].endswith("/cu126")  # newer builds have no Volta kernels
+
+
+def test_gpu_less_box_gets_cpu_torch_and_no_driver_or_toolkit():
+    plan = plan_for(GPULESS, FLASH_ATTN)
+    assert plan.step("driver").status == "satisfied"
+    assert plan.step("toolkit").status == "satisfied"
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert torch.argv[-1] == "https://download.pytorch.org/whl/cpu"
+    assert plan.step("extensions").status == "satisfied"
+    assert any("flash-attn 2.8.3 skipped" in w for w in plan.warnings)
+
+
+def test_extension_refused_on_gpus_that_cannot_run_it(tmp_path):
+    data = json.loads(H200.read_text())
+    data["gpus"][0].update(name="Tesla T4", pci_device_id="0x1eb8", compute_capability="7.5")
+    path = tmp_path / "t4.json"
+    path.write_text(json.dumps(data))
+    plan = plan_for(path, FLASH_ATTN)
+    assert not any(a.id.startswith("extensions.") for a in plan.actions)
+    warning = next(w for w in plan.warnings if "flash-attn" in w)
+    assert "8.0" in warning and "7.5" in warning
+
+
+def test_driver_too_old_for_every_build_plans_an_upgrade(tmp_path):
+    data = json.loads(H200.read_text())
+    data["driver"].update(version="470.256.02", cuda_max="11.4")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    plan = plan_for(path)
+    assert plan.step("driver").status == "pending"
+    assert "470.256.02 cannot run CUDA 13.0" in plan.step("driver").reason
+    assert any("older than torch's CUDA" in w for w in plan.warnings)
+
+
+def test_small_disk_and_memory_ceiling(tmp_path):
+    data = json.loads(FRESH.read_text())
+    data["disk_free_bytes"]["/usr/local"] = 2 * 2**30
+    data["memory"].update(total_bytes=32 * 2**30, available_bytes=30 * 2**30)
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(data))
+    plan = plan_for(path, FLASH_ATTN)
+    assert any("/usr/local has 2.0 GiB free" in w for w in plan.warnings)
+    build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
+    # (30 GiB - 10% of 32 GiB) / 4.5 GiB per job = 5 jobs, although there are 224 cores
+    assert build.env["MAX_JOBS"] == "5"
+
+
+def test_explicit_max_jobs_is_the_ceiling():
+    plan = plan_for(H200, FLASH_ATTN + "[build]\nmax_jobs = 3\n")
+    build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
+    assert build.env["MAX_JOBS"] == "3"
+
+
+def test_plan_json_contract_from_cli():
+    answers = MACHINES.parent / "answers.example.toml"
+    out = run_cli("plan", "--facts", str(RTX), "--answers", str(answers), "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["schema"] == "mlsetup.plan/1"
+    assert [s["name"] for s in plan["steps"]] == list(STEP_ORDER)
+    for step in plan["steps"]:
+        assert set(step) == {"name", "status", "reason", "actions"}
+        assert step["status"] in ("pending", "satisfied")
+        for action in step["actions"]:
+            assert set(action) == {"id", "title", "argv", "env", "user", "reboot_after"}
+            assert isinstance(action["argv"], list) and all(
+                isinstance(w, str) for w in action["argv"]
+            )
+
+
+@pytest.mark.parametrize("machine", sorted(MACHINES.glob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_machine_plans_and_prints_every_command(machine):
+    out = run_cli(
+        "plan", "--facts", str(machine), "--answers", str(MACHINES.parent / "answers.example.toml")
+    )
+    assert out.returncode == 0, out.stderr
+    plan = make_plan(
+        load_facts(machine),
+        answers_from_toml((MACHINES.parent / "answers.example.toml").read_text(), "example"),
+    )
+    for action in plan.actions:
+        assert action.argv[-1] in out.stdout
