@@ -63,6 +63,7 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
 
 
 def test_h200_server_is_satisfied_for_cu130_with_arch_90():
+    """assets/machines/h200-ubuntu2404.json is `mlsetup probe --json` as run on the H200 server."""
     plan = plan_for(H200, FLASH_ATTN)
     assert plan.step("driver").status == "satisfied"
     assert plan.step("toolkit").status == "satisfied"
@@ -75,7 +76,7 @@ def test_h200_server_is_satisfied_for_cu130_with_arch_90():
 
 def test_h200_with_finished_venv_has_nothing_to_do():
     venv = VenvState(
-        path="/home/ubuntu/ml-env",
+        path="/root/ml-env",
         python_version="3.12.3",
         packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3"},
         torch_cuda="13.0",
