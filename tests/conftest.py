@@ -11,7 +11,7 @@ from tests.fakemachine import FakeMachine
 
 REPO = Path(__file__).resolve().parent.parent
 MACHINES = REPO / "assets" / "machines"
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ import pytest
 from steps.facts import Facts, facts_from_json
 from steps.probe import NVML_SNAPSHOT_ENV, probe
 from steps.rootfs import RootFS
-from tests.conftest import SHARED, run_cli
+from tests.conftest import FIXTURES, run_cli
 from tests.fakemachine import FakeMachine
 
-H200_NVML = SHARED / "fixtures" / "h200-ubuntu2404" / "nvml.json"
+H200_NVML = FIXTURES / "h200-nvml.json"  # NVML as read on the real H200 server
 
 
 def probe_facts(machine: FakeMachine, **env: str) -> Facts:
