@@ -61,6 +61,23 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
 
+    apply = sub.add_parser(
+        "apply", parents=[common], help="run the plan unattended (the answers file is the consent)",
+        description="Validate the answers, probe, plan and run every pending action. The work runs "
+                    "in its own session: a dropped SSH connection does not stop it "
+                    "(mlsetup attach follows it again).",
+    )
+    apply.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
+    apply.add_argument("--resume", action="store_true",
+                       help="continue the interrupted or rebooted run with its saved answers")
+    apply.add_argument("--facts", type=Path, metavar="FILE",
+                       help="with --dry-run: a recorded machine instead of this one")
+    apply.add_argument("--foreground", action="store_true",
+                       help="run the engine in this process (for systemd units and scripts)")
+    apply.add_argument("--ticket", help=argparse.SUPPRESS)
+
+    sub.add_parser("attach", parents=[common], help="follow the running (or last) apply")
+
     answers = sub.add_parser("answers", parents=[common], help="the answers file format")
     answers.add_argument(
         "--schema", action="store_true", required=True, help="print the answers file's JSON Schema"
@@ -112,6 +129,14 @@ def run(argv: list[str]) -> int:
     if args.command == "answers":
         print(json.dumps(Answers.model_json_schema(), indent=2))
         return 0
+    if args.command == "apply":
+        from app.apply import apply
+
+        return apply(args)
+    if args.command == "attach":
+        from app.apply import attach
+
+        return attach(RootFS(args.root))
     # plan, and the wizard's plain fallback until it has its screens
     answers = load_answers(args.answers)
     facts = _facts(args)

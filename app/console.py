@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
-import shlex
+import sys
+from collections import deque
+from typing import TextIO
 
+from steps.events import (
+    ActionFinished,
+    ActionStarted,
+    BuildProgress,
+    Event,
+    Failed,
+    Finished,
+    Notice,
+    Output,
+    PlanMade,
+    RebootNeeded,
+    RunStarted,
+    StepSatisfied,
+    StepStarted,
+    Throttle,
+    Waiting,
+)
 from steps.facts import Facts
-from steps.plan import Action, Plan
+from steps.plan import Plan
 from steps.warnings import machine_warnings
 
 GIB = 2**30
@@ -60,17 +79,6 @@ def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = Tr
     return "\n".join(lines) + "\n"
 
 
-def command_text(action: Action) -> str:
-    """The action as a shell line a person could paste (env first, `sudo -u` for user actions)."""
-    prefix = [f"{k}={v}" for k, v in action.env.items()]
-    words = (
-        (["sudo", "-u", action.user] if action.user else [])
-        + (["env", *prefix] if prefix else [])
-        + action.argv
-    )
-    return shlex.join(words)
-
-
 def plan_text(plan: Plan) -> str:
     lines = []
     if plan.warnings:
@@ -81,10 +89,106 @@ def plan_text(plan: Plan) -> str:
         for action in step.actions:
             reboot = "  (reboot after)" if action.reboot_after else ""
             lines.append(f"     [{action.id}] {action.title}{reboot}")
-            lines.append(f"       $ {command_text(action)}")
+            lines.append(f"       $ {action.command_line()}")
     pending = sum(len(s.actions) for s in plan.steps)
     lines.append("")
     lines.append(
         f"{pending} action(s) to run." if pending else "Nothing to do: every step is satisfied."
     )
     return "\n".join(lines) + "\n"
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60:02d}:{rem % 60:02d}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+class ConsolePrinter:
+    """Events as plain progress lines, fit for a terminal, a log file or cloud-init."""
+
+    HEARTBEAT = 30.0  # seconds of quiet before a long action says it is still running
+    TAIL = 15  # output lines shown above a failure
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.t0: float | None = None
+        self.step = ""
+        self.last_print = 0.0
+        self.started: dict[str, float] = {}
+        self.tail: deque[str] = deque(maxlen=self.TAIL)
+
+    def _print(self, t: float, text: str, step: str | None = None) -> None:
+        if self.t0 is None:
+            self.t0 = t
+        self.out.write(f"[{_clock(t - self.t0)}] {(step or self.step):<11} {text}\n")
+        self.out.flush()
+        self.last_print = t
+
+    def __call__(self, event: Event) -> None:
+        t = event.t
+        if isinstance(event, RunStarted):
+            self.t0 = t
+            what = "dry run (nothing is executed)" if event.dry_run else (
+                "resuming" if event.resumed else "starting")
+            self._print(t, f"mlsetup {what}: run {event.run_id}, engine pid {event.pid}", "")
+        elif isinstance(event, PlanMade):
+            pending = [s for s in event.plan["steps"] if s["status"] == "pending"]
+            n = sum(len(s["actions"]) for s in pending)
+            self._print(t, f"plan: {len(pending)} step(s) to do, {n} action(s)", "")
+            for w in event.plan["warnings"]:
+                self._print(t, f"warning: {w}", "")
+        elif isinstance(event, StepSatisfied):
+            self.step = event.step
+            self._print(t, f"✓ {event.reason}")
+        elif isinstance(event, StepStarted):
+            self.step = event.step
+            self._print(t, f"▶ {event.reason} ({len(event.actions)} action(s))")
+        elif isinstance(event, ActionStarted):
+            self.started[event.action] = t
+            self.tail.clear()
+            self._print(t, f"  · {event.title}")
+            self._print(t, f"    $ {event.command}")
+        elif isinstance(event, Output):
+            self.tail.append(event.line)
+            if t - self.last_print >= self.HEARTBEAT:
+                ran = t - self.started.get(event.action, t)
+                self._print(t, f"    … {event.action} running {_duration(ran)}: "
+                               f"{event.line.strip()[:90]}")
+        elif isinstance(event, BuildProgress):
+            if t - self.last_print >= self.HEARTBEAT:
+                self._print(t, f"    … compiled {event.done}/{event.total}")
+        elif isinstance(event, ActionFinished):
+            mark = {"done": "✓", "failed": "✗", "already-done": "✓", "dry-run": "·"}[event.status]
+            extra = {"already-done": " (done in an earlier run)",
+                     "dry-run": " (dry run: not executed)"}.get(event.status, "")
+            took = f" in {_duration(event.elapsed)}" if event.status in ("done", "failed") else ""
+            code = f" exit {event.exit_code}" if event.status == "failed" else ""
+            self._print(t, f"  {mark} {event.action}{code}{took}{extra}")
+        elif isinstance(event, Waiting):
+            self._print(t, f"  … {event.reason}")
+        elif isinstance(event, Notice):
+            self._print(t, f"note: {event.text}")
+        elif isinstance(event, Throttle):
+            self._print(t, f"    memory: jobs {event.jobs_from} → {event.jobs_to} ({event.reason})")
+        elif isinstance(event, RebootNeeded):
+            self._print(t, f"⟳ reboot needed after {event.action}: {event.next}")
+        elif isinstance(event, Failed):
+            self._print(t, f"✗ {event.what}", event.step)
+            pad = " " * 8
+            if self.tail:
+                self.out.write(f"{pad}last output:\n")
+                for line in self.tail:
+                    self.out.write(f"{pad}  | {line}\n")
+            self.out.write(f"{pad}why:  {event.why}\n{pad}next: {event.next}\n")
+            if event.log:
+                self.out.write(f"{pad}log:  {event.log}\n")
+        elif isinstance(event, Finished):
+            self._print(t, f"{event.result}: {event.summary} (exit {event.code})", "")

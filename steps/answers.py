@@ -100,6 +100,11 @@ class TorchAnswers(_Section):
     version: str = Field("auto", description='"auto" or a PEP 440 specifier such as "==2.8.0"')
     cuda: str = Field("auto", description="auto | cpu | cu126 | cu128 | cu129 | cu130")
     packages: list[str] = Field(default_factory=list, description="more packages for the venv")
+    index_url: str = Field(
+        "auto",
+        description='auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local '
+        'directory) where "{build}" becomes cu128, cpu, ...',
+    )
 
     @field_validator("version")
     @classmethod

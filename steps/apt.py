@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.plan import Action
+from steps.rootfs import RootFS
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 # --no-remove: apt aborts instead of removing anything (an old driver, say) to make room;
@@ -69,3 +77,61 @@ def no_repo_reason(facts: Facts) -> str:
         f"NVIDIA publishes no CUDA apt repository for {facts.os.id} {facts.os.version_id} "
         f"({facts.os.arch}); supported: {', '.join(repo.repo)} on {', '.join(repo.arch)}."
     )
+
+
+DPKG_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
+PACKAGE_TOOLS = ("apt-get", "apt", "dpkg")
+
+
+def uses_dpkg(action: Action) -> bool:
+    return action.argv[0] in PACKAGE_TOOLS
+
+
+def dpkg_interrupted(fs: RootFS) -> bool:
+    """dpkg left pending work (`dpkg --configure -a` needed): its updates directory is not empty."""
+    updates = fs.path("/var/lib/dpkg/updates")
+    return updates.is_dir() and any(updates.iterdir())
+
+
+def dpkg_lock_holder(fs: RootFS) -> int | None:
+    """The pid holding a dpkg lock (0 if held by an unknown process), or None if it is free."""
+    for target in DPKG_LOCKS:
+        path = fs.path(target)
+        if not path.exists():
+            continue
+        fd = os.open(path, os.O_RDWR)
+        try:
+            # F_GETLK reports a conflicting lock without taking one (struct flock on Linux:
+            # short type, short whence, off_t start, off_t len, pid_t pid).
+            probe = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+            result = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
+            l_type, _, _, _, pid = struct.unpack("hhqqi4x", result)
+            if l_type != fcntl.F_UNLCK:
+                return pid or 0
+        finally:
+            os.close(fd)
+    return None
+
+
+def wait_for_dpkg(fs: RootFS, timeout: float, on_wait: Callable[[str], None],
+                  poll: float = 0.5) -> bool:
+    """Wait until no one holds the dpkg lock; False if it is still held after `timeout`."""
+    deadline = time.monotonic() + timeout
+    announced = False
+    while (holder := dpkg_lock_holder(fs)) is not None:
+        if time.monotonic() >= deadline:
+            return False
+        if not announced:
+            who = _process_name(holder)
+            on_wait(f"the dpkg lock is held by {who}; waiting up to {timeout:.0f}s for it")
+            announced = True
+        time.sleep(poll)
+    return True
+
+
+def _process_name(pid: int) -> str:
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        return f"{name} (pid {pid})"
+    except OSError:
+        return f"pid {pid}" if pid else "another process"

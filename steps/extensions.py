@@ -56,7 +56,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
                     "--python",
                     py,
                     "--no-build-isolation",
-                    f"{recipe.package}=={answer.version}",
+                    recipe.requirement_for(answer.version),
                 ],
                 env=build_env(target, choices),
                 user=user,

@@ -7,6 +7,7 @@ gives them types. Nothing here decides anything.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -23,7 +24,7 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 
-def _load(name: str) -> dict:
+def load_asset(name: str) -> dict:
     with (ASSETS_DIR / name).open("rb") as f:
         return tomllib.load(f)
 
@@ -195,6 +196,11 @@ class ExtensionRecipe:
     peak_job_gib: float
     build_requires: tuple[str, ...]
     wheel_url: str
+    # what `pip install` is given: a name and version, or a local source directory
+    requirement: str = "{package}=={version}"
+
+    def requirement_for(self, version: str) -> str:
+        return self.requirement.format(package=self.package, version=version)
 
     @property
     def min_compute_capability(self) -> str:
@@ -226,11 +232,30 @@ class Knowledge:
     extensions: dict[str, ExtensionRecipe]
 
 
+EXTRA_RECIPES_ENV = "MLSETUP_EXTENSIONS_DIR"
+EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
+
+
+def _recipes() -> dict[str, ExtensionRecipe]:
+    """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form)."""
+    tables = dict(load_asset("extensions.toml"))
+    extra = Path(os.environ.get(EXTRA_RECIPES_ENV, EXTRA_RECIPES_DIR))
+    for path in sorted(extra.glob("*.toml")) if extra.is_dir() else []:
+        with path.open("rb") as f:
+            tables.update(tomllib.load(f))
+    return {
+        name: ExtensionRecipe(
+            name=name, **{k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items()}
+        )
+        for name, recipe in tables.items()
+    }
+
+
 @cache
 def knowledge() -> Knowledge:
     """All of assets/, typed. Loaded once per process."""
-    cuda = _load("cuda.toml")
-    torch = _load("torch.toml")
+    cuda = load_asset("cuda.toml")
+    torch = load_asset("torch.toml")
     return Knowledge(
         cuda=CudaKnowledge(
             releases=tuple(CudaRelease(**r) for r in cuda["release"]),
@@ -238,9 +263,9 @@ def knowledge() -> Knowledge:
             min_cuda_for_compute_capability=cuda["min_cuda_for_compute_capability"],
             install_bytes=cuda["install_mib"] * 2**20,
         ),
-        gpus={k: GpuModel(*v) for k, v in _load("gpus.toml")["device"].items()},
-        driver=DriverKnowledge(**_load("driver.toml")),
-        repo=NvidiaRepo(**_load("nvidia_repo.toml")),
+        gpus={k: GpuModel(*v) for k, v in load_asset("gpus.toml")["device"].items()},
+        driver=DriverKnowledge(**load_asset("driver.toml")),
+        repo=NvidiaRepo(**load_asset("nvidia_repo.toml")),
         torch=TorchKnowledge(
             index_url=torch["index_url"],
             cuda_venv_bytes=torch["cuda_venv_mib"] * 2**20,
@@ -250,11 +275,5 @@ def knowledge() -> Knowledge:
             ),
             builds={name: TorchBuild(name=name, **b) for name, b in torch["build"].items()},
         ),
-        extensions={
-            name: ExtensionRecipe(
-                name=name,
-                **{k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items()},
-            )
-            for name, recipe in _load("extensions.toml").items()
-        },
+        extensions=_recipes(),
     )

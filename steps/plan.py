@@ -8,6 +8,7 @@ whether the step is satisfied and, if not, which actions would satisfy it.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +31,14 @@ class Action(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     reboot_after: bool = False
+
+    def command_line(self) -> str:
+        """The action as a shell line a person could paste (`sudo -u` for a user's action)."""
+        prefix = [f"{k}={v}" for k, v in self.env.items()]
+        words = (["sudo", "-u", self.user] if self.user else []) + (
+            ["env", *prefix] if prefix else []
+        ) + self.argv
+        return shlex.join(words)
 
 
 class Step(BaseModel):

@@ -1,0 +1,131 @@
+"""`mlsetup apply` and `mlsetup attach`: start the engine detached, or follow it, and print."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from app.console import ConsolePrinter
+from steps.answers import answers_from_toml
+from steps.engine import ApplyLock, ApplyRequest, Engine, already_running_message
+from steps.errors import AlreadyRunningError, InputError, NeedsRootError
+from steps.events import Finished, RunStarted, follow
+from steps.paths import Paths
+from steps.rootfs import RootFS
+from steps.service import start_detached
+from steps.state import CorruptState, load_state
+
+START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
+
+
+def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
+    if args.resume:
+        if args.answers is not None:
+            raise InputError("--resume takes the answers saved by the interrupted run; "
+                             "drop --answers, or drop --resume to start over with new answers")
+        try:
+            state = load_state(Paths(fs).state)
+        except CorruptState as exc:
+            raise InputError(f"--resume: {exc}") from exc
+        if state is None or state.phase == "done":
+            raise InputError("--resume: there is no unfinished run to resume; "
+                             "start one with: sudo mlsetup apply --answers FILE")
+        text, origin = state.answers_toml, state.answers_path
+    elif args.answers is None:
+        raise InputError("apply needs --answers FILE (see assets/answers.example.toml), "
+                         "or --resume to continue an interrupted run")
+    else:
+        try:
+            text = args.answers.read_text()
+        except OSError as exc:
+            raise InputError(f"{args.answers}: cannot read answers file: {exc.strerror}") from exc
+        origin = str(args.answers.resolve())
+    if args.facts is not None and not args.dry_run:
+        raise InputError("--facts plans for a recorded machine: it needs --dry-run")
+    return ApplyRequest(
+        answers=answers_from_toml(text, origin or "saved answers"), answers_toml=text,
+        answers_path=origin, dry_run=args.dry_run, ticket=args.ticket,
+        facts_file=args.facts,
+        dpkg_lock_timeout=float(os.environ.get("MLSETUP_DPKG_LOCK_TIMEOUT", "600")),
+    )
+
+
+def apply(args: argparse.Namespace) -> int:
+    fs = RootFS(args.root)
+    request = _request(args, fs)
+    if request.dry_run:
+        return Engine(fs, request, ConsolePrinter()).run()
+    if os.geteuid() != 0:
+        raise NeedsRootError("apply changes the system: run it with sudo, e.g. "
+                             f"sudo mlsetup apply --answers {args.answers or 'FILE'}")
+    holder = ApplyLock(Paths(fs).lock).holder()
+    if holder is not None:
+        raise AlreadyRunningError(already_running_message(holder))
+    if args.foreground:
+        return Engine(fs, request, ConsolePrinter()).run()
+
+    engine_args = ["--root", str(args.root)] + (
+        ["--resume"] if args.resume else ["--answers", request.answers_path or ""])
+    ticket = start_detached(fs, engine_args)
+    return _view(fs, ticket)
+
+
+def _view(fs: RootFS, ticket: str | None) -> int:
+    """Print the run's events until it ends; the run goes on if this viewer is killed."""
+    paths = Paths(fs)
+    lock = ApplyLock(paths.lock)
+    printer = ConsolePrinter()
+    started = time.monotonic()
+    seen_start = False
+
+    def leave(signum: int, _frame: object) -> None:
+        sys.stderr.write("\nmlsetup: the setup keeps running in the background; "
+                         "follow it again with: sudo mlsetup attach\n")
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, leave)
+
+    def gone() -> bool:
+        if not seen_start:
+            return time.monotonic() - started > START_TIMEOUT
+        return lock.holder() is None
+
+    for event in follow(paths.log_dir / "current" / "events.jsonl", stop=gone):
+        if isinstance(event, RunStarted):
+            seen_start = ticket is None or event.ticket == ticket
+            if seen_start:
+                printer.t0 = None
+        if not seen_start:
+            continue
+        printer(event)
+        if isinstance(event, Finished):
+            return event.code
+    if not seen_start:
+        log = paths.log_dir / "engine.log"
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
+        sys.stderr.write("mlsetup: the engine did not start; its output:\n" +
+                         "\n".join(f"  | {line}" for line in tail) + "\n")
+        return 1
+    sys.stderr.write("mlsetup: the engine stopped without finishing (killed?); "
+                     "continue with: sudo mlsetup apply --resume\n")
+    return 1
+
+
+def attach(fs: RootFS) -> int:
+    """Replay the current (or last) run from its start and follow it to the end."""
+    paths = Paths(fs)
+    if not (paths.log_dir / "current").exists():
+        if not os.access(paths.log_dir.parent, os.R_OK) or os.geteuid() != 0:
+            raise NeedsRootError("the setup's logs are root-only: sudo mlsetup attach")
+        sys.stderr.write("mlsetup: no apply has run on this machine yet\n")
+        return 1
+    return _view(fs, None)
+
+
+def current_stream(fs: RootFS) -> Path:
+    return Paths(fs).log_dir / "current" / "events.jsonl"

@@ -1,0 +1,54 @@
+"""Match a failed action's output against the known failure signatures in assets/diagnoses.toml."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from steps.knowledge import load_asset
+
+OOM_EXIT_CODES = (137, -9)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    id: str
+    why: str
+    next: str
+
+
+@dataclass(frozen=True)
+class _Signature:
+    id: str
+    pattern: re.Pattern[str]
+    why: str
+    next: str
+
+
+@cache
+def _signatures() -> tuple[_Signature, ...]:
+    return tuple(
+        _Signature(s["id"], re.compile(s["pattern"]), s["why"], s["next"])
+        for s in load_asset("diagnoses.toml")["signature"]
+    )
+
+
+def _fill(template: str, match: re.Match[str], log: str) -> str:
+    out = template.replace("{log}", log)
+    for i, group in enumerate(match.groups(), 1):
+        out = out.replace(f"{{{i}}}", group or "?")
+    return out
+
+
+def diagnose(lines: list[str], exit_code: int | None, log: str) -> Diagnosis | None:
+    """The first signature (in the file's order) found in the output, or None."""
+    text = "\n".join(lines)
+    for sig in _signatures():
+        match = sig.pattern.search(text)
+        if match:
+            return Diagnosis(sig.id, _fill(sig.why, match, log), _fill(sig.next, match, log))
+    if exit_code in OOM_EXIT_CODES:
+        sig = next(s for s in _signatures() if s.id == "out-of-memory")
+        return Diagnosis(sig.id, sig.why, sig.next.replace("{log}", log))
+    return None

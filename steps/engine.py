@@ -1,0 +1,502 @@
+"""The engine: turn a Plan into a configured server, step by step.
+
+Before each step it probes the machine again and asks the step whether it is
+already satisfied, so a second run on a finished machine runs nothing. Each
+action's outcome is recorded in the state file before and after it runs, so a
+run killed at any moment (kill -9 included) resumes at the first unfinished
+action; a reboot the driver needs is a pause, checked when the run resumes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steps.answers import Answers
+from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
+from steps.choices import choose
+from steps.diagnose import Diagnosis, diagnose
+from steps.errors import AlreadyRunningError, NeedsRootError
+from steps.events import (
+    ActionFinished,
+    ActionStarted,
+    Event,
+    EventLog,
+    EventSink,
+    Failed,
+    Finished,
+    Notice,
+    PlanMade,
+    RebootNeeded,
+    RunStarted,
+    StepSatisfied,
+    StepStarted,
+    Waiting,
+)
+from steps.facts import Facts, load_facts
+from steps.knowledge import ASSETS_DIR
+from steps.paths import Paths
+from steps.plan import STEP_ORDER, Action, Plan, Step, make_plan
+from steps.probe import probe
+from steps.rootfs import RootFS
+from steps.runner import Runner, RunnerError
+from steps.state import (
+    ActionRecord,
+    CorruptState,
+    RebootRecord,
+    State,
+    load_state,
+    new_run_id,
+    save_state,
+    write_atomic,
+)
+from steps.venvstate import VenvState, probe_venv
+
+EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
+RESUME_COMMAND = "sudo mlsetup apply --resume"
+RESUME_UNIT = "mlsetup-resume.service"
+REPORT_SCHEMA = "mlsetup.report/1"
+DPKG_LOCK_TIMEOUT = 600.0
+
+
+@dataclass
+class ApplyRequest:
+    answers: Answers
+    answers_toml: str
+    answers_path: str | None
+    dry_run: bool = False
+    ticket: str | None = None  # lets the viewer that started the engine find this run
+    facts_file: Path | None = None  # a recorded machine (dry runs only)
+    dpkg_lock_timeout: float = DPKG_LOCK_TIMEOUT
+
+
+class _Stop(Exception):
+    """Ends the run with an exit code once the outcome has been reported."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+@dataclass
+class _Outcome:
+    """What this invocation did, for the report."""
+
+    changed: bool = False
+    ran: list[str] = field(default_factory=list)
+    failure: dict | None = None
+
+
+class ApplyLock:
+    """One apply at a time: an exclusive flock held for the engine's whole life."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def holder(self) -> int | None:
+        """The pid of the running apply, or None."""
+        if not self.path.exists():
+            return None
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = self.path.read_text().strip()
+            return int(text) if text.isdigit() else 0
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunningError(already_running_message(self.holder())) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def already_running_message(pid: int | None) -> str:
+    return (f"another mlsetup apply is running (pid {pid or 'unknown'}); "
+            "follow it with: sudo mlsetup attach")
+
+
+def systemd_booted(fs: RootFS) -> bool:
+    """systemd is PID 1 (sd_booted(3): /run/systemd/system exists)."""
+    return fs.path("/run/systemd/system").is_dir()
+
+
+class Engine:
+    def __init__(self, fs: RootFS, request: ApplyRequest, sink: EventSink,
+                 runner: Runner | None = None) -> None:
+        self.fs = fs
+        self.req = request
+        self.paths = Paths(fs)
+        self._sinks: list[EventSink] = [sink]
+        self.runner = runner or Runner(fs, self.emit)
+        self.outcome = _Outcome()
+        self.state: State | None = None
+        self.plan: Plan | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        for sink in self._sinks:
+            sink(event)
+
+    def _save(self) -> None:
+        if self.state is not None and not self.req.dry_run:
+            save_state(self.paths.state, self.state)
+
+    def _facts(self) -> tuple[Facts, VenvState | None]:
+        if self.req.facts_file is not None:
+            return load_facts(self.req.facts_file), None
+        facts = probe(self.fs).facts
+        venv_path = choose(facts, self.req.answers).venv_path
+        return facts, probe_venv(self.fs, venv_path)
+
+    def _plan(self) -> tuple[Facts, Plan]:
+        facts, venv = self._facts()
+        plan = make_plan(facts, self.req.answers, venv)
+        if self.plan is None:
+            self.emit(PlanMade(plan=json.loads(plan.to_json())))
+            if self.state is not None:
+                self.state.plan = json.loads(plan.to_json())
+        self.plan = plan
+        return facts, plan
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        lock = ApplyLock(self.paths.lock)
+        if not self.req.dry_run:
+            if os.geteuid() != 0:
+                raise NeedsRootError(
+                    "applying changes the system: run it as root, e.g. "
+                    f"sudo mlsetup apply --answers {self.req.answers_path or 'FILE'}"
+                )
+            lock.acquire()
+        try:
+            self._start()
+            self._run_steps()
+            return self._finish(EXIT_OK, "done", "every step is satisfied")
+        except _Stop as stop:
+            return stop.code
+        finally:
+            lock.release()
+
+    def _start(self) -> None:
+        resumed = False
+        notice = None
+        if not self.req.dry_run:
+            try:
+                old = load_state(self.paths.state)
+            except CorruptState as exc:
+                old, notice = None, str(exc)
+            if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
+                self.state, resumed = old, True
+            else:
+                self.state = State(run_id=new_run_id(), phase="running",
+                                   answers_toml=self.req.answers_toml,
+                                   answers_path=self.req.answers_path)
+            self._open_event_log(self.state.run_id)
+        run_id = self.state.run_id if self.state else "dry-run"
+        self.emit(RunStarted(run_id=run_id, pid=os.getpid(), dry_run=self.req.dry_run,
+                             resumed=resumed, ticket=self.req.ticket))
+        if notice:
+            self.emit(Notice(text=notice))
+        if self.state is not None:
+            if self.state.phase == "reboot":
+                self._after_reboot()
+            self.state.phase = "running"
+            self._save()
+
+    def _open_event_log(self, run_id: str) -> None:
+        run_dir = self.paths.log_dir / run_id
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.paths.log_dir.chmod(0o700)
+        log = EventLog(run_dir / "events.jsonl")
+        self._sinks.append(log)
+        current = self.paths.log_dir / "current"
+        tmp = self.paths.log_dir / ".current.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        os.replace(tmp, current)  # viewers follow the symlink to the newest run
+
+    def _run_steps(self) -> None:
+        for name in STEP_ORDER:
+            facts, plan = self._plan()
+            step = plan.step(name)
+            if step.status == "satisfied":
+                self.emit(StepSatisfied(step=name, reason=step.reason))
+                continue
+            if not step.actions:
+                self._fail(step.name, None, None, None, what=step.reason, diagnosis=None)
+            self.emit(StepStarted(step=name, reason=step.reason,
+                                  actions=[a.id for a in step.actions]))
+            for action in step.actions:
+                if self.state is not None and self.state.done(action.id):
+                    self.emit(ActionFinished(step=name, action=action.id, status="already-done",
+                                             exit_code=0, elapsed=0.0))
+                    continue
+                self._run_action(name, action)
+                if action.reboot_after:
+                    self._reboot(action, facts)
+            if not self.req.dry_run:
+                self._verify(step)
+
+    def _verify(self, step: Step) -> None:
+        """After its actions, the step must be satisfied on a fresh probe."""
+        _, plan = self._plan()
+        after = plan.step(step.name)
+        if after.status != "satisfied":
+            self._fail(step.name, None, None, None,
+                       what=f"{step.name} is still not satisfied after its actions: {after.reason}",
+                       diagnosis=None)
+
+    def _run_action(self, step: str, action: Action) -> None:
+        log = self.paths.action_log(self.state.run_id if self.state else "dry-run", action.id)
+        self.emit(ActionStarted(step=step, action=action.id, title=action.title,
+                                command=action.command_line(), log=str(log)))
+        if self.req.dry_run:
+            self.emit(ActionFinished(step=step, action=action.id, status="dry-run", exit_code=None,
+                                     elapsed=0.0))
+            return
+        assert self.state is not None
+        self._wait_for_interrupted(action)
+        if uses_dpkg(action):
+            self._dpkg_ready(step, action, log)
+        record = ActionRecord(step=step, status="running", started=time.time(), log=str(log))
+        self.state.actions[action.id] = record
+        self._save()
+
+        def started(pid: int) -> None:
+            record.pid = pid
+            self._save()
+
+        try:
+            result = self.runner.run(action, log, on_start=started)
+        except RunnerError as exc:
+            record.status, record.ended = "failed", time.time()
+            self._fail(step, action, None, log, what=str(exc), diagnosis=None)
+        record.status = "done" if result.exit_code == 0 else "failed"
+        record.ended, record.exit_code, record.pid = time.time(), result.exit_code, None
+        self._save()
+        self.emit(ActionFinished(step=step, action=action.id, status=record.status,
+                                 exit_code=result.exit_code, elapsed=result.elapsed))
+        if result.exit_code != 0:
+            self._fail(step, action, result.exit_code, log,
+                       what=f"{action.id} failed (exit {result.exit_code})",
+                       diagnosis=diagnose(result.tail, result.exit_code, str(log)),
+                       tail=result.tail)
+        self.outcome.changed = True
+        self.outcome.ran.append(action.id)
+
+    def _wait_for_interrupted(self, action: Action) -> None:
+        """A previous engine died while this action ran: let its process finish first."""
+        assert self.state is not None
+        record = self.state.actions.get(action.id)
+        if record is None or record.status != "running" or not record.pid:
+            return
+        if not _alive(record.pid, action.argv[0]):
+            return
+        self.emit(Waiting(reason=f"{action.id} from the interrupted run is still running "
+                                 f"(pid {record.pid}); waiting for it to end before running "
+                                 "it again"))
+        while _alive(record.pid, action.argv[0]):
+            time.sleep(0.5)
+
+    def _dpkg_ready(self, step: str, action: Action, log: Path) -> None:
+        if dpkg_interrupted(self.fs):
+            self._fail(step, action, None, log, what="dpkg was interrupted earlier",
+                       diagnosis=diagnose(["dpkg was interrupted, you must manually run "
+                                           "'dpkg --configure -a'"], None, str(log)))
+        if not wait_for_dpkg(self.fs, self.req.dpkg_lock_timeout,
+                             lambda text: self.emit(Waiting(reason=text))):
+            self._fail(step, action, None, log,
+                       what=f"the dpkg lock was still held after {self.req.dpkg_lock_timeout:.0f}s",
+                       diagnosis=diagnose(["Could not get lock /var/lib/dpkg/lock-frontend"],
+                                          None, str(log)))
+
+    # -- reboot -------------------------------------------------------------------------------
+
+    def _reboot(self, action: Action, facts: Facts) -> None:
+        policy = self.req.answers.reboot.policy
+        if self.req.dry_run:
+            self.emit(RebootNeeded(action=action.id, policy=policy,
+                                   next="dry run: the machine would reboot here"))
+            return
+        assert self.state is not None
+        self.state.phase = "reboot"
+        self.state.reboot = RebootRecord(
+            action=action.id, boot_id=facts.boot_id,
+            driver_branch=choose(facts, self.req.answers).driver_branch,
+        )
+        if policy == "auto" and systemd_booted(self.fs):
+            self._install_resume_unit()
+            self.state.reboot.unit_installed = True
+            self._save()
+            self.emit(RebootNeeded(action=action.id, policy=policy,
+                                   next="rebooting now; mlsetup resumes by itself after boot "
+                                        "(follow it with: sudo mlsetup attach)"))
+            code = self._finish(EXIT_REBOOT, "reboot", "rebooting to load the NVIDIA driver")
+            self._command("reboot", "Reboot to load the NVIDIA driver", ["reboot"])
+            raise _Stop(code)
+        self._save()
+        why = "" if policy != "auto" else (
+            "systemd is not running here, so nothing resumes by itself: ")
+        self.emit(RebootNeeded(action=action.id, policy=policy,
+                               next=f"{why}reboot (sudo reboot), then run: {RESUME_COMMAND}"))
+        raise _Stop(self._finish(EXIT_REBOOT, "reboot",
+                                 "paused: reboot to load the NVIDIA driver, then resume"))
+
+    def _install_resume_unit(self) -> None:
+        unit = (ASSETS_DIR / "systemd" / RESUME_UNIT).read_text()
+        write_atomic(self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), unit, mode=0o644)
+        self._command("resume-unit.enable", "Resume mlsetup after the reboot",
+                      ["systemctl", "enable", RESUME_UNIT])
+
+    def _remove_resume_unit(self) -> None:
+        assert self.state is not None and self.state.reboot is not None
+        self._command("resume-unit.disable", "Remove the one-shot resume unit",
+                      ["systemctl", "disable", RESUME_UNIT])
+        self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}").unlink(missing_ok=True)
+        self.state.reboot.unit_installed = False
+
+    def _command(self, action_id: str, title: str, argv: list[str]) -> int:
+        """An engine housekeeping command (not part of the plan), logged like any action."""
+        assert self.state is not None
+        action = Action(id=action_id, title=title, argv=argv)
+        log = self.paths.action_log(self.state.run_id, action_id)
+        self.emit(ActionStarted(step="reboot", action=action_id, title=title,
+                                command=action.command_line(), log=str(log)))
+        try:
+            result = self.runner.run(action, log)
+        except RunnerError as exc:
+            self.emit(Notice(text=f"{title}: {exc}"))
+            return 127
+        self.emit(ActionFinished(step="reboot", action=action_id,
+                                 status="done" if result.exit_code == 0 else "failed",
+                                 exit_code=result.exit_code, elapsed=result.elapsed))
+        return result.exit_code
+
+    def _after_reboot(self) -> None:
+        """Resuming after a reboot: did the machine really reboot, and is the driver loaded?"""
+        assert self.state is not None and self.state.reboot is not None
+        record = self.state.reboot
+        facts, _ = self._facts()
+        if record.boot_id and facts.boot_id == record.boot_id:
+            self.emit(RebootNeeded(action=record.action, policy=self.req.answers.reboot.policy,
+                                   next=f"the machine has not rebooted yet: sudo reboot, then "
+                                        f"{RESUME_COMMAND}"))
+            raise _Stop(self._finish(EXIT_REBOOT, "reboot", "still waiting for the reboot"))
+        if record.driver_branch and not _driver_ok(facts, record.driver_branch):
+            self._driver_not_loaded(facts, record.driver_branch)
+        self.emit(Notice(text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
+                         if facts.driver else "rebooted"))
+
+    def _driver_not_loaded(self, facts: Facts, branch: int) -> None:
+        """Load the module by hand to learn why it did not load (Secure Boot, say)."""
+        assert self.state is not None
+        action = Action(id="driver.load", title="Load the NVIDIA kernel module",
+                        argv=["modprobe", "nvidia"])
+        log = self.paths.action_log(self.state.run_id, action.id)
+        result = self.runner.run(action, log)
+        again, _ = self._facts()
+        if result.exit_code == 0 and _driver_ok(again, branch):
+            return
+        found = f"driver {facts.driver.version} is loaded" if facts.driver and \
+            facts.driver.loaded else "no NVIDIA driver is loaded"
+        self._fail("driver", action, result.exit_code, log,
+                   what=f"after the reboot {found}; expected branch {branch}",
+                   diagnosis=diagnose(result.tail, result.exit_code, str(log)) or Diagnosis(
+                       "driver-not-loaded",
+                       "The kernel did not load the NVIDIA module after the reboot.",
+                       "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and "
+                       "`dkms status`; then: " + RESUME_COMMAND),
+                   tail=result.tail)
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def _fail(self, step: str, action: Action | None, exit_code: int | None, log: Path | None,
+              what: str, diagnosis: Diagnosis | None, tail: list[str] | None = None) -> None:
+        why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
+        nxt = diagnosis.next if diagnosis else (
+            f"Read the log{f' ({log})' if log else ''}, fix the cause, then: {RESUME_COMMAND}")
+        self.emit(Failed(step=step, action=action.id if action else None, exit_code=exit_code,
+                         log=str(log) if log else None, what=what, why=why, next=nxt))
+        self.outcome.failure = {
+            "step": step, "action": action.id if action else None, "exit_code": exit_code,
+            "log": str(log) if log else None, "what": what, "why": why, "next": nxt,
+            "diagnosis": diagnosis.id if diagnosis else None, "last_output": (tail or [])[-20:],
+        }
+        if self.state is not None:
+            self.state.phase = "failed"
+        raise _Stop(self._finish(EXIT_FAILED, "failed", what))
+
+    def _finish(self, code: int, result: str, summary: str) -> int:
+        if self.state is not None:
+            if result == "done":
+                self.state.phase = "done"
+            if result in ("done", "failed") and self.state.reboot and \
+                    self.state.reboot.unit_installed:
+                self._remove_resume_unit()
+            self._save()
+            self._write_report(code, result)
+        self.emit(Finished(code=code, result=result, summary=summary))
+        return code
+
+    def _write_report(self, code: int, result: str) -> None:
+        assert self.state is not None
+        steps = []
+        for step in (self.plan.steps if self.plan else []):
+            steps.append({
+                "name": step.name,
+                "status": step.status,
+                "reason": step.reason,
+                "actions": [
+                    {"id": a.id, **(self.state.actions[a.id].model_dump(exclude={"pid", "step"})
+                                    if a.id in self.state.actions else {"status": "pending"})}
+                    for a in step.actions
+                ],
+            })
+        report = {
+            "schema": REPORT_SCHEMA, "run_id": self.state.run_id, "result": result, "code": code,
+            "changed": self.outcome.changed, "ran": self.outcome.ran,
+            "failure": self.outcome.failure, "steps": steps,
+            "log_dir": str(self.paths.log_dir / self.state.run_id), "time": time.time(),
+        }
+        write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
+
+
+def _driver_ok(facts: Facts, branch: int) -> bool:
+    return bool(facts.driver and facts.driver.loaded and facts.driver.branch >= branch)
+
+
+def _alive(pid: int, program: str) -> bool:
+    """pid is running and is still `program` (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if ") Z " in status:  # a zombie has ended
+        return False
+    name = os.path.basename(program).encode()
+    return any(os.path.basename(part) == name for part in cmdline[:2])
+
