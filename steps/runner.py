@@ -25,7 +25,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings
 # an operator has set for this server.
 PASSTHROUGH = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-               "SSL_CERT_FILE", "SSL_CERT_DIR")
+               "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 PASSTHROUGH_PREFIXES = ("UV_", "PIP_")
 TAIL_LINES = 200
 

@@ -7,6 +7,7 @@ with the content real machines have; nothing in mlsetup knows this is not `/`.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -61,6 +62,17 @@ class FakeMachine:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
+
+    def user(self, name: str, uid: int, home: Path) -> None:
+        """An account whose home is a real directory outside the root (so real tools such as
+        uv can use it), reachable at the same path inside the root too."""
+        with (self.root / "etc/passwd").open("a") as f:
+            f.write(f"{name}:x:{uid}:{uid}:{name}:{home}:/bin/bash\n")
+        home.mkdir(parents=True, exist_ok=True)
+        os.chown(home, uid, uid)
+        inside = self.root / str(home).lstrip("/")
+        inside.parent.mkdir(parents=True, exist_ok=True)
+        inside.symlink_to(home)
 
     def pci_device(self, bus: str, vendor: str, device: str, cls: str) -> None:
         base = f"sys/bus/pci/devices/{bus}"

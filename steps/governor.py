@@ -1,0 +1,534 @@
+"""The live memory governor for CUDA-extension compiles.
+
+A static `MAX_JOBS` must be sized for the moment every job is in the compiler front end at once:
+the real flash-attn 2.8.3 build (16 jobs, H200 server) peaked at 68 GiB in its first minute and
+then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many jobs run:
+
+- It is a GNU make jobserver. ninja >= 1.13 run without `-j` under
+  `MAKEFLAGS=--jobserver-auth=fifo:PATH` starts a job only while it holds a token from that FIFO,
+  so the tokens the governor writes are a hard ceiling on how many jobs ninja starts.
+- ninja reads tokens only when it starts and each time a job ends, and then takes every token
+  there is, so tokens alone cannot stagger starts. Each new job is therefore *parked* (SIGSTOP
+  on its process group, before it has allocated much) and let go one at a time, only when the
+  memory its peak will need is free and a stagger interval has passed, so jobs do not all peak
+  together.
+- A job counts at the learned per-job peak until it is past its own peak, then at what it uses:
+  the plateau after the front end is what lets more jobs run than a static count.
+- Hard stop: should jobs outgrow that estimate and the memory left under the budget fall into
+  the guard band, the newest running jobs are frozen (SIGSTOP, whole subtree) and thawed when
+  memory recovers. The last running job is never frozen, and `stop()` thaws everything.
+
+The runner uses it like this (`steps/runner.py` passes each output line to `feed_line`):
+
+    with Governor(sink, ceiling=16, reserve_bytes=reserve, peak_job_bytes=4.5 * GiB) as gov:
+        proc = subprocess.Popen(argv, env={**env, **gov.env()}, stdout=PIPE, text=True)
+        gov.attach(proc.pid)
+        for line in proc.stdout:
+            gov.feed_line(line)
+        proc.wait()
+    summary = gov.summary()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import psutil
+
+from steps.events import BuildProgress, Event, EventSink, MemorySample, Throttle
+
+if TYPE_CHECKING:
+    from steps.answers import BuildAnswers
+
+GiB = 2**30
+
+# torch.utils.cpp_extension turns a digits-only MAX_JOBS into `ninja -j N`, and flash-attn 2.8.3
+# computes (and exports) its own digits-only MAX_JOBS only when the variable is unset. A set,
+# non-digit value therefore leaves ninja without -j, which is what makes it obey the jobserver.
+MAX_JOBS_UNDER_GOVERNOR = "governed"
+
+# 10 samples a second: a compiler front end grows by ~0.1 GiB/s on the H200 server (and the
+# benchmark's scaled jobs 20x faster), so a tenth of a second bounds the growth between looks.
+SAMPLE_INTERVAL_S = 0.1
+EVENT_INTERVAL_S = 1.0  # MemorySample events: once a second is enough for a gauge
+# Admit a new job at most every quarter of the learned time-to-peak: about four jobs ramp at once.
+STAGGER_FRACTION = 0.25
+# The budget share kept free at all times, for growth between two samples and the measurement's
+# slack; freezing starts when half of it is used up.
+GUARD_FRACTION = 0.03
+# A job is past its peak once it has been near the learned peak and fallen back by a fifth.
+PEAK_NEAR = 0.5
+PEAK_FALLBACK = 0.8
+PEAK_SAFETY = 1.1  # learned peak = the largest job peak seen, plus this margin
+# System-wide pressure (PSI `some avg10`, %) or swap growth that blocks new jobs.
+PSI_PRESSURE = 10.0
+SWAP_GROWTH_BYTES = 64 * 2**20
+
+_PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One sample of the machine and of the build's process tree."""
+
+    t: float
+    total: int
+    available: int
+    swap_used: int
+    psi_some_avg10: float | None
+    tree_rss: int
+
+
+@dataclass
+class Job:
+    """One ninja edge: a direct child of ninja and its subtree (one process group)."""
+
+    pid: int
+    seen: float
+    rss: int = 0
+    peak: int = 0
+    peak_at: float = 0.0
+    admitted: float | None = None  # None while parked, before it first runs
+    stopped: bool = False  # parked or frozen: SIGSTOP sent
+    past_peak: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.admitted is not None and not self.stopped
+
+
+@dataclass(frozen=True)
+class Decision:
+    t: float
+    jobs_from: int
+    jobs_to: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    budget_bytes: int
+    peak_rss_bytes: int  # the build tree's largest total RSS the governor saw
+    over_budget_bytes: int  # the most it saw the tree above the budget (0: never)
+    peak_jobs: int  # the most jobs running at once
+    decisions: int
+    freezes: int
+    learned_peak_job_bytes: int
+
+
+@dataclass
+class _Learned:
+    """What finished front ends taught: the per-job peak and how long it takes to reach."""
+
+    peak_job: int
+    ramp_s: float
+    peaks: list[int] = field(default_factory=list)
+    ramps: list[float] = field(default_factory=list)
+
+    def job_passed_peak(self, job: Job) -> None:
+        self.peaks.append(job.peak)
+        self.peak_job = int(max(self.peaks) * PEAK_SAFETY)
+        if job.admitted is not None:
+            self.ramps.append(max(job.peak_at - job.admitted, SAMPLE_INTERVAL_S))
+            self.ramp_s = statistics.median(self.ramps[-16:])
+
+
+class _Jobserver:
+    """The FIFO ninja takes tokens from; one byte is one job beyond ninja's implicit one."""
+
+    def __init__(self) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="mlsetup-jobserver-"))
+        self.path = self._dir / "fifo"
+        os.mkfifo(self.path, 0o600)
+        # Opened read-write by the governor itself: ninja's open never blocks waiting for a
+        # peer, our writes never block, and ninja never sees end-of-file between jobs.
+        self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self.issued = 0  # tokens in circulation: in the FIFO or held by ninja
+
+    def set_jobs(self, jobs: int) -> None:
+        want = max(jobs - 1, 0)
+        if want > self.issued:
+            self.issued += os.write(self._fd, b"+" * (want - self.issued))
+        elif want < self.issued:
+            # A token can only be taken back while it sits in the FIFO (ninja returns each one
+            # when its job ends, and takes it again at once if it has work), so reclaiming is
+            # opportunistic: whatever is there now, the rest on a later call.
+            with contextlib.suppress(BlockingIOError):
+                self.issued -= len(os.read(self._fd, self.issued - want))
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+        self._dir.rmdir()
+
+
+def _psi_some_avg10() -> float | None:
+    try:
+        first = Path("/proc/pressure/memory").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None  # kernel without PSI
+    fields_ = dict(part.split("=", 1) for part in first.split()[1:])
+    return float(fields_["avg10"])
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+class Governor:
+    """Decides, live, how many compile jobs of one build run; see the module docstring."""
+
+    def __init__(
+        self,
+        sink: EventSink | None = None,
+        *,
+        ceiling: int | None = None,
+        budget_bytes: int | None = None,
+        reserve_bytes: int = 0,
+        peak_job_bytes: int = int(4.5 * GiB),
+        ramp_s: float = 40.0,
+        action: str = "build",
+    ) -> None:
+        """`ceiling`: jobs never exceeded (answers build.max_jobs; None = the logical CPUs).
+        `budget_bytes`: the most the build's process tree may hold (RSS); None = MemAvailable
+        now minus `reserve_bytes`. `reserve_bytes`: RAM the machine keeps whatever the budget.
+        `peak_job_bytes`, `ramp_s`: first guesses at one job's peak RSS and at how long it takes
+        to reach it (recipe.peak_job_gib; ~45 s measured for flash-attn), replaced by what the
+        jobs of this build show."""
+        self._sink = sink
+        self.ceiling = max(1, ceiling or os.cpu_count() or 1)
+        self.reserve = reserve_bytes
+        self.budget = (
+            budget_bytes
+            if budget_bytes is not None
+            else psutil.virtual_memory().available - reserve_bytes
+        )
+        self._guard = int(self.budget * GUARD_FRACTION)
+        self._learned = _Learned(peak_job=peak_job_bytes, ramp_s=ramp_s)
+        self._action = action
+        # The start: as many jobs as fit if all peaked at once (what a static MAX_JOBS would
+        # pick); decisions move it from there.
+        self.allowed = self._fit_at_peak()
+        self._jobserver = _Jobserver()
+        self._root: int | None = None
+        self._jobs: dict[int, Job] = {}
+        self._decisions: list[Decision] = []
+        self._freezes = 0
+        self._peak_rss = 0
+        self._peak_jobs = 0
+        self._over = 0
+        self._swap_at_start = psutil.swap_memory().used
+        self._last_admit = 0.0
+        self._last_event = 0.0
+        self._lock = threading.Lock()  # job state: the sampling thread vs stop()
+        self._emit_lock = threading.Lock()  # the sink: sampling thread vs feed_line's caller
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="memory-governor", daemon=True)
+
+    @classmethod
+    def from_answers(
+        cls,
+        build: BuildAnswers,
+        peak_job_gib: float,
+        sink: EventSink | None = None,
+        action: str = "build",
+    ) -> Governor:
+        """The governor the answers ask for: max_jobs as the ceiling ("auto": the CPUs), the
+        reserve from memory_reserve, the budget from MemAvailable, the recipe's peak guess."""
+        ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
+        reserve = build.reserve_bytes(psutil.virtual_memory().total)
+        return cls(
+            sink,
+            ceiling=ceiling,
+            reserve_bytes=reserve,
+            peak_job_bytes=int(peak_job_gib * GiB),
+            action=action,
+        )
+
+    # -- the runner's interface -------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """Variables the build command needs so that its ninja obeys this governor."""
+        return {
+            "MAKEFLAGS": f"--jobserver-auth=fifo:{self._jobserver.path}",
+            "MAX_JOBS": MAX_JOBS_UNDER_GOVERNOR,
+        }
+
+    def start(self) -> None:
+        """Issue the first tokens (before the build starts) and start sampling."""
+        self._jobserver.set_jobs(self._token_jobs())
+        self._thread.start()
+
+    def attach(self, pid: int) -> None:
+        """Govern the process tree under `pid` (the build command: pip, setup.py or ninja)."""
+        self._root = pid
+
+    def feed_line(self, line: str) -> None:
+        """Called with each output line of the build; ninja's "[k/n] ..." lines are progress."""
+        m = _PROGRESS.match(line)
+        if m:
+            self._emit(BuildProgress(self._action, int(m.group(1)), int(m.group(2))))
+
+    def stop(self) -> Summary:
+        """Stop sampling, thaw every stopped job, close the FIFO; what the build did."""
+        self._halt.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._lock:
+            for job in self._jobs.values():
+                if job.stopped:
+                    self._signal(job, signal.SIGCONT)
+                    job.stopped = False
+        self._jobserver.close()
+        return self.summary()
+
+    def summary(self) -> Summary:
+        return Summary(
+            budget_bytes=self.budget,
+            peak_rss_bytes=self._peak_rss,
+            over_budget_bytes=self._over,
+            peak_jobs=self._peak_jobs,
+            decisions=len(self._decisions),
+            freezes=self._freezes,
+            learned_peak_job_bytes=self._learned.peak_job,
+        )
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return list(self._decisions)
+
+    def __enter__(self) -> Governor:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- sampling -----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._halt.wait(SAMPLE_INTERVAL_S):
+            with self._lock:
+                self._tick()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        reading = self._read(now)
+        self._peak_rss = max(self._peak_rss, reading.tree_rss)
+        self._over = max(self._over, reading.tree_rss - self.budget)
+        self._decide(now, reading)
+        running = sum(job.running for job in self._jobs.values())
+        self._peak_jobs = max(self._peak_jobs, running)
+        if now - self._last_event >= EVENT_INTERVAL_S:
+            self._last_event = now
+            self._emit(
+                MemorySample(
+                    used_bytes=reading.total - reading.available,
+                    total_bytes=reading.total,
+                    available_bytes=reading.available,
+                    swap_used_bytes=reading.swap_used,
+                    psi_some_avg10=reading.psi_some_avg10,
+                    jobs_running=running,
+                    jobs_allowed=self.allowed,
+                    jobs_frozen=sum(job.stopped for job in self._jobs.values()),
+                )
+            )
+
+    def _read(self, now: float) -> Reading:
+        vm = psutil.virtual_memory()
+        tree_rss = self._scan_tree(now) if self._root is not None else 0
+        return Reading(
+            t=now,
+            total=vm.total,
+            available=vm.available,
+            swap_used=psutil.swap_memory().used,
+            psi_some_avg10=_psi_some_avg10(),
+            tree_rss=tree_rss,
+        )
+
+    def _scan_tree(self, now: float) -> int:
+        """Total RSS of the build tree; refreshes the jobs (ninja's children) and their RSS."""
+        assert self._root is not None
+        try:
+            root = psutil.Process(self._root)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            procs = []
+        parent: dict[int, int] = {}
+        name: dict[int, str] = {}
+        rss: dict[int, int] = {}
+        for p in procs:
+            try:
+                with p.oneshot():
+                    parent[p.pid], name[p.pid], rss[p.pid] = p.ppid(), p.name(), p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue  # ended between the listing and the read
+        job_rss: dict[int, int] = {}
+        for pid in rss:
+            job = self._job_of(pid, parent, name)
+            if job is not None:
+                job_rss[job] = job_rss.get(job, 0) + rss[pid]
+        for pid in list(self._jobs):
+            if pid not in job_rss:
+                self._job_ended(self._jobs.pop(pid))
+        for pid, total in job_rss.items():
+            job = self._jobs.get(pid)
+            if job is None:
+                job = self._jobs[pid] = Job(pid=pid, seen=now)
+                # Park every new job at once; `_decide` lets it go when its turn comes.
+                self._signal(job, signal.SIGSTOP)
+                job.stopped = True
+            job.rss = total
+            if total > job.peak:
+                job.peak, job.peak_at = total, now
+            if (
+                not job.past_peak
+                and job.peak >= PEAK_NEAR * self._learned.peak_job
+                and total <= PEAK_FALLBACK * job.peak
+            ):
+                job.past_peak = True
+                self._learned.job_passed_peak(job)
+        return sum(rss.values())
+
+    @staticmethod
+    def _job_of(pid: int, parent: dict[int, int], name: dict[int, str]) -> int | None:
+        """The ninja child `pid` belongs to (itself included), or None outside any job."""
+        while pid in parent:
+            up = parent[pid]
+            if name.get(up) == "ninja" and name.get(pid) != "ninja":
+                return pid
+            pid = up
+        return None
+
+    def _job_ended(self, job: Job) -> None:
+        # A job that never fell back from its peak still taught us that peak.
+        if not job.past_peak and job.peak >= PEAK_NEAR * self._learned.peak_job:
+            self._learned.job_passed_peak(job)
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def _decide(self, now: float, r: Reading) -> None:
+        jobs = sorted(self._jobs.values(), key=lambda j: j.seen)
+        running = [j for j in jobs if j.running]
+        waiting = [j for j in jobs if j.stopped]
+        headroom = min(self.budget - r.tree_rss, r.available - self.reserve)
+        peak = self._learned.peak_job
+
+        if not running and waiting:
+            # Never zero jobs: the oldest runs whatever memory says, or the build never ends.
+            self._resume(waiting[0], now)
+            if self.allowed < 1:
+                self._decide_jobs(now, 1, "no job running → the oldest runs")
+        elif headroom < self._guard / 2 and len(running) > 1:
+            newest = max(running, key=lambda j: j.admitted or 0.0)
+            self._signal(newest, signal.SIGSTOP)
+            newest.stopped = True
+            self._freezes += 1
+            self._decide_jobs(
+                now,
+                len(running) - 1,
+                f"RAM {self._ram_pct(r)}%, build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
+                f"{_gib(max(headroom, 0))} left → froze the newest job",
+            )
+        elif waiting:
+            self._admit(now, r, running, waiting[0], headroom, peak)
+        self._jobserver.set_jobs(self._token_jobs())
+
+    def _admit(
+        self, now: float, r: Reading, running: list[Job], job: Job, headroom: int, peak: int
+    ) -> None:
+        """Let the oldest waiting job run if its peak fits and the stagger interval has passed."""
+        # What running jobs still in their front end will add before they peak.
+        committed = sum(max(peak - j.rss, 0) for j in running if not j.past_peak)
+        need = 0 if job.past_peak else max(peak - job.rss, 0)
+        free = headroom - committed - self._guard
+        pressure = self._pressure(r)
+        if pressure or need > free:
+            if len(running) < self.allowed:
+                why = pressure or (
+                    f"build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
+                    f"{_gib(max(free, 0))} free after running jobs peak, "
+                    f"next job needs {_gib(need)}"
+                )
+                self._decide_jobs(now, len(running), why)
+            return
+        if now - self._last_admit < self._learned.ramp_s * STAGGER_FRACTION:
+            return
+        if len(running) >= self.allowed:
+            if len(running) >= self.ceiling:
+                return
+            self._decide_jobs(
+                now,
+                len(running) + 1,
+                f"build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
+                f"room for a {_gib(need or peak)} peak",
+            )
+        self._resume(job, now)
+
+    def _resume(self, job: Job, now: float) -> None:
+        self._signal(job, signal.SIGCONT)
+        job.stopped = False
+        if job.admitted is None:
+            job.admitted = now
+        self._last_admit = now
+
+    def _pressure(self, r: Reading) -> str | None:
+        if r.psi_some_avg10 is not None and r.psi_some_avg10 >= PSI_PRESSURE:
+            return f"memory pressure: PSI some avg10 {r.psi_some_avg10:.0f}%"
+        grown = r.swap_used - self._swap_at_start
+        if grown > SWAP_GROWTH_BYTES:
+            return f"swapping: {_gib(grown)} more swap in use than at the start"
+        return None
+
+    def _decide_jobs(self, now: float, to: int, why: str) -> None:
+        to = max(1, min(to, self.ceiling))
+        if to == self.allowed:
+            return
+        decision = Decision(now, self.allowed, to, f"{why} → jobs {self.allowed} → {to}")
+        self.allowed = to
+        self._decisions.append(decision)
+        self._emit(Throttle(decision.jobs_from, decision.jobs_to, decision.reason))
+
+    def _fit_at_peak(self) -> int:
+        fit = (self.budget - self._guard) // max(self._learned.peak_job, 1)
+        return max(1, min(self.ceiling, fit))
+
+    def _token_jobs(self) -> int:
+        # Twice the allowed count: ninja only takes tokens when a job ends, so parked jobs must
+        # already exist to be let go the moment memory allows; the ceiling is never exceeded.
+        return min(self.ceiling, 2 * self.allowed)
+
+    @staticmethod
+    def _ram_pct(r: Reading) -> int:
+        return round(100 * (r.total - r.available) / r.total)
+
+    @staticmethod
+    def _signal(job: Job, sig: signal.Signals) -> None:
+        # ninja starts each job in its own process group: one signal reaches the whole subtree,
+        # including children forked a moment ago.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(job.pid) == job.pid:
+                os.killpg(job.pid, sig)
+            else:
+                os.kill(job.pid, sig)
+
+    def _emit(self, event: Event) -> None:
+        if self._sink is not None:
+            with self._emit_lock:
+                self._sink(event)

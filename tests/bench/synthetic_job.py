@@ -1,0 +1,66 @@
+"""A stand-in compile job: resident memory shaped like one nvcc job of the flash-attn build.
+
+    python synthetic_job.py NAME PEAK_MIB RAMP_S FALL_S PLATEAU_S PLATEAU_FRACTION LOG
+
+It grows to PEAK_MIB over RAMP_S (the compiler front end), gives memory back down to
+PLATEAU_FRACTION of the peak over FALL_S, holds that for PLATEAU_S, and exits. It mostly sleeps,
+so many of them can run on two cores. Progress is counted in fixed sleep steps, not wall-clock
+deadlines, so a job stopped with SIGSTOP resumes where it was, as a real compiler does. It
+appends `start NAME PID T` and `end NAME PID T` (T = time.time()) to LOG.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+import time
+
+CHUNK = 16 * 2**20
+PAGE = mmap.PAGESIZE
+STEP_S = 0.02
+
+
+def _log(path: str, what: str, name: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{what} {name} {os.getpid()} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _resident_chunk() -> mmap.mmap:
+    # An anonymous mapping of its own, so that closing it really returns the memory (a large
+    # malloc'd buffer may stay in the heap after free).
+    m = mmap.mmap(-1, CHUNK)
+    for offset in range(0, CHUNK, PAGE):
+        m[offset] = 1  # touch every page: it becomes resident
+    return m
+
+
+def _paced(count: int, seconds: float) -> float:
+    """Sleep per step so that `count` steps take about `seconds` of running time."""
+    return max(seconds / max(count, 1), 0.0)
+
+
+def main() -> None:
+    name, peak_mib, ramp_s, fall_s, plateau_s, fraction, log = sys.argv[1:8]
+    peak_chunks = max(1, int(float(peak_mib) * 2**20) // CHUNK)
+    plateau_chunks = int(peak_chunks * float(fraction))
+    _log(log, "start", name)
+    held: list[mmap.mmap] = []
+    pause = _paced(peak_chunks, float(ramp_s))
+    for _ in range(peak_chunks):
+        held.append(_resident_chunk())
+        time.sleep(pause)
+    pause = _paced(peak_chunks - plateau_chunks, float(fall_s))
+    while len(held) > plateau_chunks:
+        held.pop().close()
+        time.sleep(pause)
+    for _ in range(max(1, round(float(plateau_s) / STEP_S))):
+        time.sleep(STEP_S)
+    _log(log, "end", name)
+
+
+if __name__ == "__main__":
+    main()

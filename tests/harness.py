@@ -1,0 +1,151 @@
+"""A fake server for engine tests: a machine root, stand-in system commands first on PATH,
+a real uv, a local torch index, and `mlsetup` run as a separate process, as root runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from steps.events import Event, event_from_json
+from steps.runner import PASSTHROUGH, PASSTHROUGH_PREFIXES
+from tests.conftest import FIXTURES, REPO
+from tests.fakemachine import FakeMachine
+from tests.wheels import torch_index
+
+STANDINS = ("apt-get", "dpkg", "curl", "install", "update-initramfs", "nvidia-smi", "modprobe",
+            "mokutil", "systemctl", "reboot", "nvcc")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+USER_UID = 1000
+
+ANSWERS = """version = 1
+[venv]
+python = "{python}"
+[torch]
+index_url = "{index}"
+[[extensions]]
+name = "tinyext"
+version = "0.1.0"
+[reboot]
+policy = "{policy}"
+"""
+
+
+class FakeServer:
+    def __init__(self, base: Path, uv: Path) -> None:
+        base.chmod(0o755)  # the venv's owner must reach its home and the tools under here
+        self.base = base
+        self.root = base / "root"
+        self.machine = FakeMachine(self.root)
+        self.machine.gpu("0000:00:06.0", "0x2335")  # an H200, no driver yet
+        self.machine.load_module("nouveau")
+        self.home = base / "home" / "mluser"
+        self.machine.user("mluser", USER_UID, self.home)
+        self.state = base / "standin-state"
+        self.state.mkdir()
+        self.bin = base / "bin"
+        self._install_standins()
+        self.tools = base / "tools"
+        self.tools.mkdir()
+        shutil.copy2(uv, self.tools / "uv")
+        self.index = torch_index(base / "index")
+        self.recipes = base / "recipes"
+        self._install_recipe()
+        self.answers = base / "answers.toml"
+        self.write_answers()
+
+    def _install_standins(self) -> None:
+        self.bin.mkdir()
+        script = self.bin / "standin.py"
+        script.write_text(f"#!{sys.executable}\n" + (REPO / "tests" / "standin.py").read_text())
+        script.chmod(0o755)
+        (self.bin / "standin.json").write_text(
+            json.dumps({"root": str(self.root), "state": str(self.state)}))
+        for name in STANDINS:
+            (self.bin / name).symlink_to("standin.py")
+
+    def _install_recipe(self) -> None:
+        src = self.base / "src" / "tinyext"
+        shutil.copytree(FIXTURES / "tinyext", src)
+        for path in [src.parent, src, *src.rglob("*")]:
+            os.chown(path, USER_UID, USER_UID)
+        self.recipes.mkdir()
+        recipe = (FIXTURES / "tinyext.toml").read_text().replace("@SOURCE@", str(src))
+        (self.recipes / "tinyext.toml").write_text(recipe)
+
+    def write_answers(self, policy: str = "ask", extra: str = "") -> None:
+        python = "{}.{}".format(*sys.version_info[:2])
+        self.answers.write_text(
+            ANSWERS.format(python=python, index=self.index, policy=policy) + extra)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        # this machine's proxy and certificate settings, as an operator's server would have
+        network = {k: v for k, v in os.environ.items()
+                   if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)}
+        return {
+            **network,
+            "PATH": f"{self.bin}:{self.tools}:{SYSTEM_PATH}",
+            "HOME": "/root",
+            "SUDO_USER": "mluser",
+            "MLSETUP_EXTENSIONS_DIR": str(self.recipes),
+            "MLSETUP_DPKG_LOCK_TIMEOUT": "20",
+            "PYTHONPATH": str(REPO),
+            **extra,
+        }
+
+    def mlsetup(self, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args, "--root", str(self.root)],
+            capture_output=True, text=True, env=self.env(**env), cwd=REPO, timeout=timeout)
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args, "--root", str(self.root)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env(**env),
+            cwd=REPO, start_new_session=True)
+
+    def script(self, behaviour: dict) -> None:
+        """Scripted stand-in behaviour: {"apt-get cuda-toolkit-13-0": {"exit": 100, ...}}."""
+        (self.state / "script.json").write_text(json.dumps(behaviour))
+
+    def set_machine(self, **values: object) -> None:
+        path = self.state / "machine.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data.update(values)
+        path.write_text(json.dumps(data))
+
+    def reboot(self) -> None:
+        subprocess.run([str(self.bin / "reboot")], check=True, env=self.env())
+
+    def calls(self, kind: str = "start") -> list[dict]:
+        path = self.state / "calls.jsonl"
+        if not path.exists():
+            return []
+        calls = [json.loads(line) for line in path.read_text().splitlines()]
+        return [c for c in calls if c["kind"] == kind]
+
+    def commands(self) -> list[str]:
+        """Each stand-in call as `cmd last-arg`, in order."""
+        return [f"{c['cmd']} {c['args'][-1] if c['args'] else ''}".strip() for c in self.calls()]
+
+    def events(self) -> list[Event]:
+        path = self.root / "var/log/mlsetup/current/events.jsonl"
+        return [event_from_json(line) for line in path.read_text().splitlines()]
+
+    def report(self) -> dict:
+        return json.loads((self.root / "var/lib/mlsetup/report.json").read_text())
+
+    def state_file(self) -> dict:
+        return json.loads((self.root / "var/lib/mlsetup/state.json").read_text())
+
+    @property
+    def venv(self) -> Path:
+        return self.home / "ml-env"
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)

@@ -1,0 +1,177 @@
+"""One stand-in for the system commands mlsetup runs, installed under each command's name.
+
+It records every call (start and end) in calls.jsonl and changes the fake machine the way
+the real command would: apt-get installs a toolkit into /usr/local/cuda-X.Y, the driver
+package makes the next (simulated) boot load the driver, reboot changes the boot id, etc.
+Scripted behaviour for a test lives in script.json: {"<command> <first package or arg>":
+{"exit": N, "output": "...", "sleep": S}}. Paths in arguments are paths on the fake machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+BIN = Path(os.path.abspath(sys.argv[0])).parent
+CONFIG = json.loads((BIN / "standin.json").read_text())
+ROOT = Path(CONFIG["root"])
+STATE = Path(CONFIG["state"])
+NAME = Path(sys.argv[0]).name
+ARGS = sys.argv[1:]
+DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
+
+
+def at(target: str) -> Path:
+    return ROOT / target.lstrip("/")
+
+
+def log(kind: str, **extra: object) -> None:
+    with (STATE / "calls.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": kind, "cmd": NAME, "args": ARGS, "pid": os.getpid(),
+                            "t": time.time(), **extra}) + "\n")
+
+
+def machine() -> dict:
+    path = STATE / "machine.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_machine(data: dict) -> None:
+    (STATE / "machine.json").write_text(json.dumps(data))
+
+
+def scripted() -> dict:
+    script = json.loads((STATE / "script.json").read_text()) if (STATE / "script.json").exists() \
+        else {}
+    words = [a for a in ARGS if not a.startswith("-") and "=" not in a]
+    for key in (f"{NAME} {' '.join(words)}", f"{NAME} {words[-1] if words else ''}", NAME):
+        if key in script:
+            return script[key]
+    return {}
+
+
+def apt_get() -> int:
+    if ARGS and ARGS[0] == "update":
+        print("Hit:1 http://archive.ubuntu.com/ubuntu noble InRelease")
+        print("Reading package lists...")
+        return 0
+    assert "--no-remove" in ARGS, "mlsetup must never let apt remove packages"
+    packages = [a for a in ARGS[1:] if not a.startswith("-") and "::" not in a]
+    m = machine()
+    for pkg in packages:
+        print(f"Setting up {pkg} ...")
+        if pkg.startswith("cuda-toolkit-"):
+            major, minor = pkg.removeprefix("cuda-toolkit-").split("-")
+            home = at(f"/usr/local/cuda-{major}.{minor}")
+            (home / "bin").mkdir(parents=True, exist_ok=True)
+            (home / "version.json").write_text(
+                json.dumps({"cuda": {"version": f"{major}.{minor}.1"}}))
+        elif pkg.startswith("nvidia-driver-pinning-"):
+            m["pinned"] = pkg.removeprefix("nvidia-driver-pinning-")
+        elif pkg in ("nvidia-open", "cuda-drivers"):
+            m["driver"] = {"version": DRIVER_VERSIONS[m.get("pinned", "580")],
+                           "open": pkg == "nvidia-open"}
+        elif pkg.startswith("linux-headers-"):
+            at(f"/usr/src/{pkg}").mkdir(parents=True, exist_ok=True)
+        m.setdefault("installed", []).append(pkg)
+    save_machine(m)
+    return 0
+
+
+def reboot() -> int:
+    """The machine comes back: new boot id; the installed driver loads unless Secure Boot
+    refuses it; a blacklisted nouveau stays unloaded."""
+    m = machine()
+    at("/proc/sys/kernel/random/boot_id").write_text(str(uuid.uuid4()) + "\n")
+    modules = [line for line in at("/proc/modules").read_text().splitlines()
+               if not line.startswith(("nvidia ", "nouveau "))]
+    if not at("/etc/modprobe.d/mlsetup-blacklist-nouveau.conf").exists() and \
+            m.get("nouveau_at_boot"):
+        modules.append("nouveau 2220032 0 - Live 0xffffffffc0a00000")
+    if m.get("driver") and not m.get("mok_not_enrolled"):
+        load_driver(m["driver"])
+        modules.append("nvidia 14299136 0 - Live 0xffffffffc0400000 (O)")
+    at("/proc/modules").write_text("\n".join(modules) + "\n")
+    m["boots"] = m.get("boots", 0) + 1
+    save_machine(m)
+    return 0
+
+
+def load_driver(driver: dict) -> None:
+    flavour = "Open Kernel Module for x86_64" if driver["open"] else "x86_64 Kernel Module"
+    path = at("/proc/driver/nvidia/version")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"NVRM version: NVIDIA UNIX {flavour}  {driver['version']}  Release Build\n")
+
+
+def modprobe() -> int:
+    m = machine()
+    if ARGS[-1] != "nvidia":
+        return 0
+    if not m.get("driver"):
+        print("modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-49-generic")
+        return 1
+    if m.get("mok_not_enrolled"):
+        print("modprobe: ERROR: could not insert 'nvidia': Key was rejected by service")
+        return 1
+    load_driver(m["driver"])
+    return 0
+
+
+def main() -> int:
+    log("start")
+    behaviour = scripted()
+    time.sleep(behaviour.get("sleep", 0))
+    if "exit" in behaviour:
+        print(behaviour.get("output", f"{NAME}: scripted failure"))
+        code = behaviour["exit"]
+    elif NAME == "apt-get":
+        code = apt_get()
+    elif NAME == "dpkg":
+        print(f"Unpacking {ARGS[-1]} ...")
+        code = 0
+    elif NAME == "curl":
+        dest = ARGS[ARGS.index("-o") + 1]
+        at(dest).parent.mkdir(parents=True, exist_ok=True)
+        at(dest).write_bytes(b"!<arch>\n")
+        code = 0
+    elif NAME == "install":
+        src, dest = ARGS[-2], ARGS[-1]
+        at(dest).parent.mkdir(parents=True, exist_ok=True)
+        at(dest).write_text(Path(src).read_text())
+        code = 0
+    elif NAME == "reboot":
+        code = reboot()
+    elif NAME == "modprobe":
+        code = modprobe()
+    elif NAME == "mokutil":
+        print("SecureBoot enabled" if machine().get("secure_boot") else "SecureBoot disabled")
+        code = 0
+    elif NAME == "systemctl":
+        wants = at(f"/etc/systemd/system/multi-user.target.wants/{ARGS[-1]}")
+        if ARGS[0] == "enable":
+            wants.parent.mkdir(parents=True, exist_ok=True)
+            wants.write_text(ARGS[-1])
+        elif ARGS[0] == "disable":
+            wants.unlink(missing_ok=True)
+        code = 0
+    elif NAME == "nvidia-smi":
+        version = at("/proc/driver/nvidia/version")
+        if not version.exists():
+            print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+            code = 9
+        else:
+            print("NVIDIA-SMI " + version.read_text().split()[-3])
+            code = 0
+    else:  # update-initramfs, nvcc and the like: recorded, nothing to change
+        code = 0
+    log("end", exit=code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
