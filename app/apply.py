@@ -25,19 +25,25 @@ START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     if args.resume:
         if args.answers is not None:
-            raise InputError("--resume takes the answers saved by the interrupted run; "
-                             "drop --answers, or drop --resume to start over with new answers")
+            raise InputError(
+                "--resume takes the answers saved by the interrupted run; "
+                "drop --answers, or drop --resume to start over with new answers"
+            )
         try:
             state = load_state(Paths(fs).state)
         except CorruptState as exc:
             raise InputError(f"--resume: {exc}") from exc
         if state is None or state.phase == "done":
-            raise InputError("--resume: there is no unfinished run to resume; "
-                             "start one with: sudo mlsetup apply --answers FILE")
+            raise InputError(
+                "--resume: there is no unfinished run to resume; "
+                "start one with: sudo mlsetup apply --answers FILE"
+            )
         text, origin = state.answers_toml, state.answers_path
     elif args.answers is None:
-        raise InputError("apply needs --answers FILE (see assets/answers.example.toml), "
-                         "or --resume to continue an interrupted run")
+        raise InputError(
+            "apply needs --answers FILE (see assets/answers.example.toml), "
+            "or --resume to continue an interrupted run"
+        )
     else:
         try:
             text = args.answers.read_text()
@@ -47,8 +53,11 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     if args.facts is not None and not args.dry_run:
         raise InputError("--facts plans for a recorded machine: it needs --dry-run")
     return ApplyRequest(
-        answers=answers_from_toml(text, origin or "saved answers"), answers_toml=text,
-        answers_path=origin, dry_run=args.dry_run, ticket=args.ticket,
+        answers=answers_from_toml(text, origin or "saved answers"),
+        answers_toml=text,
+        answers_path=origin,
+        dry_run=args.dry_run,
+        ticket=args.ticket,
         facts_file=args.facts,
         dpkg_lock_timeout=float(os.environ.get("MLSETUP_DPKG_LOCK_TIMEOUT", "600")),
     )
@@ -60,8 +69,10 @@ def apply(args: argparse.Namespace) -> int:
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()
     if os.geteuid() != 0:
-        raise NeedsRootError("apply changes the system: run it with sudo, e.g. "
-                             f"sudo mlsetup apply --answers {args.answers or 'FILE'}")
+        raise NeedsRootError(
+            "apply changes the system: run it with sudo, e.g. "
+            f"sudo mlsetup apply --answers {args.answers or 'FILE'}"
+        )
     holder = ApplyLock(Paths(fs).lock).holder()
     if holder is not None:
         raise AlreadyRunningError(already_running_message(holder))
@@ -69,7 +80,8 @@ def apply(args: argparse.Namespace) -> int:
         return Engine(fs, request, ConsolePrinter()).run()
 
     engine_args = ["--root", str(args.root)] + (
-        ["--resume"] if args.resume else ["--answers", request.answers_path or ""])
+        ["--resume"] if args.resume else ["--answers", request.answers_path or ""]
+    )
     ticket = start_detached(fs, engine_args)
     return _view(fs, ticket)
 
@@ -83,8 +95,10 @@ def _view(fs: RootFS, ticket: str | None) -> int:
     seen_start = False
 
     def leave(signum: int, _frame: object) -> None:
-        sys.stderr.write("\nmlsetup: the setup keeps running in the background; "
-                         "follow it again with: sudo mlsetup attach\n")
+        sys.stderr.write(
+            "\nmlsetup: the setup keeps running in the background; "
+            "follow it again with: sudo mlsetup attach\n"
+        )
         os._exit(128 + signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -108,11 +122,16 @@ def _view(fs: RootFS, ticket: str | None) -> int:
     if not seen_start:
         log = paths.log_dir / "engine.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
-        sys.stderr.write("mlsetup: the engine did not start; its output:\n" +
-                         "\n".join(f"  | {line}" for line in tail) + "\n")
+        sys.stderr.write(
+            "mlsetup: the engine did not start; its output:\n"
+            + "\n".join(f"  | {line}" for line in tail)
+            + "\n"
+        )
         return 1
-    sys.stderr.write("mlsetup: the engine stopped without finishing (killed?); "
-                     "continue with: sudo mlsetup apply --resume\n")
+    sys.stderr.write(
+        "mlsetup: the engine stopped without finishing (killed?); "
+        "continue with: sudo mlsetup apply --resume\n"
+    )
     return 1
 
 

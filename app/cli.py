@@ -62,18 +62,30 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
 
     apply = sub.add_parser(
-        "apply", parents=[common], help="run the plan unattended (the answers file is the consent)",
+        "apply",
+        parents=[common],
+        help="run the plan unattended (the answers file is the consent)",
         description="Validate the answers, probe, plan and run every pending action. The work runs "
-                    "in its own session: a dropped SSH connection does not stop it "
-                    "(mlsetup attach follows it again).",
+        "in its own session: a dropped SSH connection does not stop it "
+        "(mlsetup attach follows it again).",
     )
     apply.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
-    apply.add_argument("--resume", action="store_true",
-                       help="continue the interrupted or rebooted run with its saved answers")
-    apply.add_argument("--facts", type=Path, metavar="FILE",
-                       help="with --dry-run: a recorded machine instead of this one")
-    apply.add_argument("--foreground", action="store_true",
-                       help="run the engine in this process (for systemd units and scripts)")
+    apply.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted or rebooted run with its saved answers",
+    )
+    apply.add_argument(
+        "--facts",
+        type=Path,
+        metavar="FILE",
+        help="with --dry-run: a recorded machine instead of this one",
+    )
+    apply.add_argument(
+        "--foreground",
+        action="store_true",
+        help="run the engine in this process (for systemd units and scripts)",
+    )
     apply.add_argument("--ticket", help=argparse.SUPPRESS)
 
     sub.add_parser("attach", parents=[common], help="follow the running (or last) apply")

@@ -128,7 +128,9 @@ class ConsolePrinter:
     def _print(self, t: float, text: str, step: str | None = None) -> None:
         if self.t0 is None:
             self.t0 = t
-        self.out.write(f"[{_clock(t - self.t0)}] {(step or self.step):<11} {text}\n")
+        self.out.write(
+            f"[{_clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n"
+        )
         self.out.flush()
         self.last_print = t
 
@@ -136,8 +138,11 @@ class ConsolePrinter:
         t = event.t
         if isinstance(event, RunStarted):
             self.t0 = t
-            what = "dry run (nothing is executed)" if event.dry_run else (
-                "resuming" if event.resumed else "starting")
+            what = (
+                "dry run (nothing is executed)"
+                if event.dry_run
+                else ("resuming" if event.resumed else "starting")
+            )
             self._print(t, f"mlsetup {what}: run {event.run_id}, engine pid {event.pid}", "")
         elif isinstance(event, PlanMade):
             pending = [s for s in event.plan["steps"] if s["status"] == "pending"]
@@ -160,15 +165,18 @@ class ConsolePrinter:
             self.tail.append(event.line)
             if t - self.last_print >= self.HEARTBEAT:
                 ran = t - self.started.get(event.action, t)
-                self._print(t, f"    … {event.action} running {_duration(ran)}: "
-                               f"{event.line.strip()[:90]}")
+                self._print(
+                    t, f"    … {event.action} running {_duration(ran)}: {event.line.strip()[:90]}"
+                )
         elif isinstance(event, BuildProgress):
             if t - self.last_print >= self.HEARTBEAT:
                 self._print(t, f"    … compiled {event.done}/{event.total}")
         elif isinstance(event, ActionFinished):
             mark = {"done": "✓", "failed": "✗", "already-done": "✓", "dry-run": "·"}[event.status]
-            extra = {"already-done": " (done in an earlier run)",
-                     "dry-run": " (dry run: not executed)"}.get(event.status, "")
+            extra = {
+                "already-done": " (done in an earlier run)",
+                "dry-run": " (dry run: not executed)",
+            }.get(event.status, "")
             took = f" in {_duration(event.elapsed)}" if event.status in ("done", "failed") else ""
             code = f" exit {event.exit_code}" if event.status == "failed" else ""
             self._print(t, f"  {mark} {event.action}{code}{took}{extra}")

@@ -102,7 +102,7 @@ class TorchAnswers(_Section):
     packages: list[str] = Field(default_factory=list, description="more packages for the venv")
     index_url: str = Field(
         "auto",
-        description='auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local '
+        description="auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local "
         'directory) where "{build}" becomes cu128, cpu, ...',
     )
 

@@ -113,8 +113,9 @@ def dpkg_lock_holder(fs: RootFS) -> int | None:
     return None
 
 
-def wait_for_dpkg(fs: RootFS, timeout: float, on_wait: Callable[[str], None],
-                  poll: float = 0.5) -> bool:
+def wait_for_dpkg(
+    fs: RootFS, timeout: float, on_wait: Callable[[str], None], poll: float = 0.5
+) -> bool:
     """Wait until no one holds the dpkg lock; False if it is still held after `timeout`."""
     deadline = time.monotonic() + timeout
     announced = False

@@ -132,8 +132,10 @@ class ApplyLock:
 
 
 def already_running_message(pid: int | None) -> str:
-    return (f"another mlsetup apply is running (pid {pid or 'unknown'}); "
-            "follow it with: sudo mlsetup attach")
+    return (
+        f"another mlsetup apply is running (pid {pid or 'unknown'}); "
+        "follow it with: sudo mlsetup attach"
+    )
 
 
 def systemd_booted(fs: RootFS) -> bool:
@@ -142,8 +144,9 @@ def systemd_booted(fs: RootFS) -> bool:
 
 
 class Engine:
-    def __init__(self, fs: RootFS, request: ApplyRequest, sink: EventSink,
-                 runner: Runner | None = None) -> None:
+    def __init__(
+        self, fs: RootFS, request: ApplyRequest, sink: EventSink, runner: Runner | None = None
+    ) -> None:
         self.fs = fs
         self.req = request
         self.paths = Paths(fs)
@@ -194,7 +197,12 @@ class Engine:
         try:
             self._start()
             self._run_steps()
-            return self._finish(EXIT_OK, "done", "every step is satisfied")
+            venv = choose(self._facts()[0], self.req.answers).venv_path
+            return self._finish(
+                EXIT_OK,
+                "done",
+                f"every step is satisfied; use the venv with: source {venv}/bin/activate",
+            )
         except _Stop as stop:
             return stop.code
         finally:
@@ -211,13 +219,23 @@ class Engine:
             if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
                 self.state, resumed = old, True
             else:
-                self.state = State(run_id=new_run_id(), phase="running",
-                                   answers_toml=self.req.answers_toml,
-                                   answers_path=self.req.answers_path)
+                self.state = State(
+                    run_id=new_run_id(),
+                    phase="running",
+                    answers_toml=self.req.answers_toml,
+                    answers_path=self.req.answers_path,
+                )
             self._open_event_log(self.state.run_id)
         run_id = self.state.run_id if self.state else "dry-run"
-        self.emit(RunStarted(run_id=run_id, pid=os.getpid(), dry_run=self.req.dry_run,
-                             resumed=resumed, ticket=self.req.ticket))
+        self.emit(
+            RunStarted(
+                run_id=run_id,
+                pid=os.getpid(),
+                dry_run=self.req.dry_run,
+                resumed=resumed,
+                ticket=self.req.ticket,
+            )
+        )
         if notice:
             self.emit(Notice(text=notice))
         if self.state is not None:
@@ -247,12 +265,20 @@ class Engine:
                 continue
             if not step.actions:
                 self._fail(step.name, None, None, None, what=step.reason, diagnosis=None)
-            self.emit(StepStarted(step=name, reason=step.reason,
-                                  actions=[a.id for a in step.actions]))
+            self.emit(
+                StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
+            )
             for action in step.actions:
                 if self.state is not None and self.state.done(action.id):
-                    self.emit(ActionFinished(step=name, action=action.id, status="already-done",
-                                             exit_code=0, elapsed=0.0))
+                    self.emit(
+                        ActionFinished(
+                            step=name,
+                            action=action.id,
+                            status="already-done",
+                            exit_code=0,
+                            elapsed=0.0,
+                        )
+                    )
                     continue
                 self._run_action(name, action)
                 if action.reboot_after:
@@ -265,17 +291,32 @@ class Engine:
         _, plan = self._plan()
         after = plan.step(step.name)
         if after.status != "satisfied":
-            self._fail(step.name, None, None, None,
-                       what=f"{step.name} is still not satisfied after its actions: {after.reason}",
-                       diagnosis=None)
+            self._fail(
+                step.name,
+                None,
+                None,
+                None,
+                what=f"{step.name} is still not satisfied after its actions: {after.reason}",
+                diagnosis=None,
+            )
 
     def _run_action(self, step: str, action: Action) -> None:
         log = self.paths.action_log(self.state.run_id if self.state else "dry-run", action.id)
-        self.emit(ActionStarted(step=step, action=action.id, title=action.title,
-                                command=action.command_line(), log=str(log)))
+        self.emit(
+            ActionStarted(
+                step=step,
+                action=action.id,
+                title=action.title,
+                command=action.command_line(),
+                log=str(log),
+            )
+        )
         if self.req.dry_run:
-            self.emit(ActionFinished(step=step, action=action.id, status="dry-run", exit_code=None,
-                                     elapsed=0.0))
+            self.emit(
+                ActionFinished(
+                    step=step, action=action.id, status="dry-run", exit_code=None, elapsed=0.0
+                )
+            )
             return
         assert self.state is not None
         self._wait_for_interrupted(action)
@@ -297,13 +338,25 @@ class Engine:
         record.status = "done" if result.exit_code == 0 else "failed"
         record.ended, record.exit_code, record.pid = time.time(), result.exit_code, None
         self._save()
-        self.emit(ActionFinished(step=step, action=action.id, status=record.status,
-                                 exit_code=result.exit_code, elapsed=result.elapsed))
+        self.emit(
+            ActionFinished(
+                step=step,
+                action=action.id,
+                status=record.status,
+                exit_code=result.exit_code,
+                elapsed=result.elapsed,
+            )
+        )
         if result.exit_code != 0:
-            self._fail(step, action, result.exit_code, log,
-                       what=f"{action.id} failed (exit {result.exit_code})",
-                       diagnosis=diagnose(result.tail, result.exit_code, str(log)),
-                       tail=result.tail)
+            self._fail(
+                step,
+                action,
+                result.exit_code,
+                log,
+                what=f"{action.id} failed (exit {result.exit_code})",
+                diagnosis=diagnose(result.tail, result.exit_code, str(log)),
+                tail=result.tail,
+            )
         self.outcome.changed = True
         self.outcome.ran.append(action.id)
 
@@ -315,66 +368,112 @@ class Engine:
             return
         if not _alive(record.pid, action.argv[0]):
             return
-        self.emit(Waiting(reason=f"{action.id} from the interrupted run is still running "
-                                 f"(pid {record.pid}); waiting for it to end before running "
-                                 "it again"))
+        self.emit(
+            Waiting(
+                reason=f"{action.id} from the interrupted run is still running "
+                f"(pid {record.pid}); waiting for it to end before running "
+                "it again"
+            )
+        )
         while _alive(record.pid, action.argv[0]):
             time.sleep(0.5)
 
     def _dpkg_ready(self, step: str, action: Action, log: Path) -> None:
         if dpkg_interrupted(self.fs):
-            self._fail(step, action, None, log, what="dpkg was interrupted earlier",
-                       diagnosis=diagnose(["dpkg was interrupted, you must manually run "
-                                           "'dpkg --configure -a'"], None, str(log)))
-        if not wait_for_dpkg(self.fs, self.req.dpkg_lock_timeout,
-                             lambda text: self.emit(Waiting(reason=text))):
-            self._fail(step, action, None, log,
-                       what=f"the dpkg lock was still held after {self.req.dpkg_lock_timeout:.0f}s",
-                       diagnosis=diagnose(["Could not get lock /var/lib/dpkg/lock-frontend"],
-                                          None, str(log)))
+            self._fail(
+                step,
+                action,
+                None,
+                log,
+                what="dpkg was interrupted earlier",
+                diagnosis=diagnose(
+                    ["dpkg was interrupted, you must manually run 'dpkg --configure -a'"],
+                    None,
+                    str(log),
+                ),
+            )
+        if not wait_for_dpkg(
+            self.fs, self.req.dpkg_lock_timeout, lambda text: self.emit(Waiting(reason=text))
+        ):
+            self._fail(
+                step,
+                action,
+                None,
+                log,
+                what=f"the dpkg lock was still held after {self.req.dpkg_lock_timeout:.0f}s",
+                diagnosis=diagnose(
+                    ["Could not get lock /var/lib/dpkg/lock-frontend"], None, str(log)
+                ),
+            )
 
     # -- reboot -------------------------------------------------------------------------------
 
     def _reboot(self, action: Action, facts: Facts) -> None:
         policy = self.req.answers.reboot.policy
         if self.req.dry_run:
-            self.emit(RebootNeeded(action=action.id, policy=policy,
-                                   next="dry run: the machine would reboot here"))
+            self.emit(
+                RebootNeeded(
+                    action=action.id, policy=policy, next="dry run: the machine would reboot here"
+                )
+            )
             return
         assert self.state is not None
         self.state.phase = "reboot"
         self.state.reboot = RebootRecord(
-            action=action.id, boot_id=facts.boot_id,
+            action=action.id,
+            boot_id=facts.boot_id,
             driver_branch=choose(facts, self.req.answers).driver_branch,
         )
         if policy == "auto" and systemd_booted(self.fs):
             self._install_resume_unit()
             self.state.reboot.unit_installed = True
             self._save()
-            self.emit(RebootNeeded(action=action.id, policy=policy,
-                                   next="rebooting now; mlsetup resumes by itself after boot "
-                                        "(follow it with: sudo mlsetup attach)"))
+            self.emit(
+                RebootNeeded(
+                    action=action.id,
+                    policy=policy,
+                    next="rebooting now; mlsetup resumes by itself after boot "
+                    "(follow it with: sudo mlsetup attach)",
+                )
+            )
             code = self._finish(EXIT_REBOOT, "reboot", "rebooting to load the NVIDIA driver")
             self._command("reboot", "Reboot to load the NVIDIA driver", ["reboot"])
             raise _Stop(code)
         self._save()
-        why = "" if policy != "auto" else (
-            "systemd is not running here, so nothing resumes by itself: ")
-        self.emit(RebootNeeded(action=action.id, policy=policy,
-                               next=f"{why}reboot (sudo reboot), then run: {RESUME_COMMAND}"))
-        raise _Stop(self._finish(EXIT_REBOOT, "reboot",
-                                 "paused: reboot to load the NVIDIA driver, then resume"))
+        why = (
+            ""
+            if policy != "auto"
+            else ("systemd is not running here, so nothing resumes by itself: ")
+        )
+        self.emit(
+            RebootNeeded(
+                action=action.id,
+                policy=policy,
+                next=f"{why}reboot (sudo reboot), then run: {RESUME_COMMAND}",
+            )
+        )
+        raise _Stop(
+            self._finish(
+                EXIT_REBOOT, "reboot", "paused: reboot to load the NVIDIA driver, then resume"
+            )
+        )
 
     def _install_resume_unit(self) -> None:
         unit = (ASSETS_DIR / "systemd" / RESUME_UNIT).read_text()
         write_atomic(self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), unit, mode=0o644)
-        self._command("resume-unit.enable", "Resume mlsetup after the reboot",
-                      ["systemctl", "enable", RESUME_UNIT])
+        self._command(
+            "resume-unit.enable",
+            "Resume mlsetup after the reboot",
+            ["systemctl", "enable", RESUME_UNIT],
+        )
 
     def _remove_resume_unit(self) -> None:
         assert self.state is not None and self.state.reboot is not None
-        self._command("resume-unit.disable", "Remove the one-shot resume unit",
-                      ["systemctl", "disable", RESUME_UNIT])
+        self._command(
+            "resume-unit.disable",
+            "Remove the one-shot resume unit",
+            ["systemctl", "disable", RESUME_UNIT],
+        )
         self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}").unlink(missing_ok=True)
         self.state.reboot.unit_installed = False
 
@@ -383,16 +482,29 @@ class Engine:
         assert self.state is not None
         action = Action(id=action_id, title=title, argv=argv)
         log = self.paths.action_log(self.state.run_id, action_id)
-        self.emit(ActionStarted(step="reboot", action=action_id, title=title,
-                                command=action.command_line(), log=str(log)))
+        self.emit(
+            ActionStarted(
+                step="reboot",
+                action=action_id,
+                title=title,
+                command=action.command_line(),
+                log=str(log),
+            )
+        )
         try:
             result = self.runner.run(action, log)
         except RunnerError as exc:
             self.emit(Notice(text=f"{title}: {exc}"))
             return 127
-        self.emit(ActionFinished(step="reboot", action=action_id,
-                                 status="done" if result.exit_code == 0 else "failed",
-                                 exit_code=result.exit_code, elapsed=result.elapsed))
+        self.emit(
+            ActionFinished(
+                step="reboot",
+                action=action_id,
+                status="done" if result.exit_code == 0 else "failed",
+                exit_code=result.exit_code,
+                elapsed=result.elapsed,
+            )
+        )
         return result.exit_code
 
     def _after_reboot(self) -> None:
@@ -401,49 +513,97 @@ class Engine:
         record = self.state.reboot
         facts, _ = self._facts()
         if record.boot_id and facts.boot_id == record.boot_id:
-            self.emit(RebootNeeded(action=record.action, policy=self.req.answers.reboot.policy,
-                                   next=f"the machine has not rebooted yet: sudo reboot, then "
-                                        f"{RESUME_COMMAND}"))
+            self.emit(
+                RebootNeeded(
+                    action=record.action,
+                    policy=self.req.answers.reboot.policy,
+                    next=f"the machine has not rebooted yet: sudo reboot, then {RESUME_COMMAND}",
+                )
+            )
             raise _Stop(self._finish(EXIT_REBOOT, "reboot", "still waiting for the reboot"))
         if record.driver_branch and not _driver_ok(facts, record.driver_branch):
             self._driver_not_loaded(facts, record.driver_branch)
-        self.emit(Notice(text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
-                         if facts.driver else "rebooted"))
+        self.emit(
+            Notice(
+                text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
+                if facts.driver
+                else "rebooted"
+            )
+        )
 
     def _driver_not_loaded(self, facts: Facts, branch: int) -> None:
         """Load the module by hand to learn why it did not load (Secure Boot, say)."""
         assert self.state is not None
-        action = Action(id="driver.load", title="Load the NVIDIA kernel module",
-                        argv=["modprobe", "nvidia"])
+        action = Action(
+            id="driver.load", title="Load the NVIDIA kernel module", argv=["modprobe", "nvidia"]
+        )
         log = self.paths.action_log(self.state.run_id, action.id)
         result = self.runner.run(action, log)
         again, _ = self._facts()
         if result.exit_code == 0 and _driver_ok(again, branch):
             return
-        found = f"driver {facts.driver.version} is loaded" if facts.driver and \
-            facts.driver.loaded else "no NVIDIA driver is loaded"
-        self._fail("driver", action, result.exit_code, log,
-                   what=f"after the reboot {found}; expected branch {branch}",
-                   diagnosis=diagnose(result.tail, result.exit_code, str(log)) or Diagnosis(
-                       "driver-not-loaded",
-                       "The kernel did not load the NVIDIA module after the reboot.",
-                       "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and "
-                       "`dkms status`; then: " + RESUME_COMMAND),
-                   tail=result.tail)
+        found = (
+            f"driver {facts.driver.version} is loaded"
+            if facts.driver and facts.driver.loaded
+            else "no NVIDIA driver is loaded"
+        )
+        self._fail(
+            "driver",
+            action,
+            result.exit_code,
+            log,
+            what=f"after the reboot {found}; expected branch {branch}",
+            diagnosis=diagnose(result.tail, result.exit_code, str(log))
+            or Diagnosis(
+                "driver-not-loaded",
+                "The kernel did not load the NVIDIA module after the reboot.",
+                "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and "
+                "`dkms status`; then: " + RESUME_COMMAND,
+            ),
+            tail=result.tail,
+        )
 
     # -- the end ------------------------------------------------------------------------------
 
-    def _fail(self, step: str, action: Action | None, exit_code: int | None, log: Path | None,
-              what: str, diagnosis: Diagnosis | None, tail: list[str] | None = None) -> None:
+    def _fail(
+        self,
+        step: str,
+        action: Action | None,
+        exit_code: int | None,
+        log: Path | None,
+        what: str,
+        diagnosis: Diagnosis | None,
+        tail: list[str] | None = None,
+    ) -> None:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
-        nxt = diagnosis.next if diagnosis else (
-            f"Read the log{f' ({log})' if log else ''}, fix the cause, then: {RESUME_COMMAND}")
-        self.emit(Failed(step=step, action=action.id if action else None, exit_code=exit_code,
-                         log=str(log) if log else None, what=what, why=why, next=nxt))
+        nxt = (
+            diagnosis.next
+            if diagnosis
+            else (
+                f"Read the log{f' ({log})' if log else ''}, fix the cause, then: {RESUME_COMMAND}"
+            )
+        )
+        self.emit(
+            Failed(
+                step=step,
+                action=action.id if action else None,
+                exit_code=exit_code,
+                log=str(log) if log else None,
+                what=what,
+                why=why,
+                next=nxt,
+            )
+        )
         self.outcome.failure = {
-            "step": step, "action": action.id if action else None, "exit_code": exit_code,
-            "log": str(log) if log else None, "what": what, "why": why, "next": nxt,
-            "diagnosis": diagnosis.id if diagnosis else None, "last_output": (tail or [])[-20:],
+            "step": step,
+            "action": action.id if action else None,
+            "exit_code": exit_code,
+            "log": str(log) if log else None,
+            "what": what,
+            "why": why,
+            "next": nxt,
+            "diagnosis": diagnosis.id if diagnosis else None,
+            "last_output": (tail or [])[-20:],
         }
         if self.state is not None:
             self.state.phase = "failed"
@@ -453,8 +613,11 @@ class Engine:
         if self.state is not None:
             if result == "done":
                 self.state.phase = "done"
-            if result in ("done", "failed") and self.state.reboot and \
-                    self.state.reboot.unit_installed:
+            if (
+                result in ("done", "failed")
+                and self.state.reboot
+                and self.state.reboot.unit_installed
+            ):
                 self._remove_resume_unit()
             self._save()
             self._write_report(code, result)
@@ -464,22 +627,36 @@ class Engine:
     def _write_report(self, code: int, result: str) -> None:
         assert self.state is not None
         steps = []
-        for step in (self.plan.steps if self.plan else []):
-            steps.append({
-                "name": step.name,
-                "status": step.status,
-                "reason": step.reason,
-                "actions": [
-                    {"id": a.id, **(self.state.actions[a.id].model_dump(exclude={"pid", "step"})
-                                    if a.id in self.state.actions else {"status": "pending"})}
-                    for a in step.actions
-                ],
-            })
+        for step in self.plan.steps if self.plan else []:
+            steps.append(
+                {
+                    "name": step.name,
+                    "status": step.status,
+                    "reason": step.reason,
+                    "actions": [
+                        {
+                            "id": a.id,
+                            **(
+                                self.state.actions[a.id].model_dump(exclude={"pid", "step"})
+                                if a.id in self.state.actions
+                                else {"status": "pending"}
+                            ),
+                        }
+                        for a in step.actions
+                    ],
+                }
+            )
         report = {
-            "schema": REPORT_SCHEMA, "run_id": self.state.run_id, "result": result, "code": code,
-            "changed": self.outcome.changed, "ran": self.outcome.ran,
-            "failure": self.outcome.failure, "steps": steps,
-            "log_dir": str(self.paths.log_dir / self.state.run_id), "time": time.time(),
+            "schema": REPORT_SCHEMA,
+            "run_id": self.state.run_id,
+            "result": result,
+            "code": code,
+            "changed": self.outcome.changed,
+            "ran": self.outcome.ran,
+            "failure": self.outcome.failure,
+            "steps": steps,
+            "log_dir": str(self.paths.log_dir / self.state.run_id),
+            "time": time.time(),
         }
         write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
 
@@ -499,4 +676,3 @@ def _alive(pid: int, program: str) -> bool:
         return False
     name = os.path.basename(program).encode()
     return any(os.path.basename(part) == name for part in cmdline[:2])
-

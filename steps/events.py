@@ -203,8 +203,9 @@ class EventLog:
         self._file.close()
 
 
-def follow(path: Path, stop: Callable[[], bool] = lambda: False,
-           poll: float = 0.1) -> Iterator[Event]:
+def follow(
+    path: Path, stop: Callable[[], bool] = lambda: False, poll: float = 0.1
+) -> Iterator[Event]:
     """Every event in the stream at `path` from its start, then new ones as they are written.
 
     `path` may be a symlink to the current run's stream: when it is re-pointed (a new run

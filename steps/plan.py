@@ -35,9 +35,11 @@ class Action(BaseModel):
     def command_line(self) -> str:
         """The action as a shell line a person could paste (`sudo -u` for a user's action)."""
         prefix = [f"{k}={v}" for k, v in self.env.items()]
-        words = (["sudo", "-u", self.user] if self.user else []) + (
-            ["env", *prefix] if prefix else []
-        ) + self.argv
+        words = (
+            (["sudo", "-u", self.user] if self.user else [])
+            + (["env", *prefix] if prefix else [])
+            + self.argv
+        )
         return shlex.join(words)
 
 

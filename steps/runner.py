@@ -24,8 +24,18 @@ from steps.rootfs import RootFS
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings
 # an operator has set for this server.
-PASSTHROUGH = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-               "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+PASSTHROUGH = (
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+)
 PASSTHROUGH_PREFIXES = ("UV_", "PIP_")
 TAIL_LINES = 200
 
@@ -59,14 +69,22 @@ class RunnerError(Exception):
 
 
 class Runner:
-    def __init__(self, fs: RootFS, sink: EventSink, base_path: str | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        fs: RootFS,
+        sink: EventSink,
+        base_path: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.fs = fs
         self.sink = sink
         environ = os.environ if environ is None else environ
         self.base_path = base_path or environ.get("PATH", SYSTEM_PATH)
-        self.passthrough = {k: v for k, v in environ.items()
-                            if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)}
+        self.passthrough = {
+            k: v
+            for k, v in environ.items()
+            if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)
+        }
 
     def resolve(self, program: str) -> str:
         """argv[0] as an absolute path: found on the engine's PATH, then beside mlsetup (uv)."""
@@ -79,8 +97,7 @@ class Runner:
         return found
 
     def environment(self, action: Action, account: Account | None) -> dict[str, str]:
-        env = {"PATH": self.base_path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               **self.passthrough}
+        env = {"PATH": self.base_path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **self.passthrough}
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         else:
@@ -88,10 +105,14 @@ class Runner:
         env.update(action.env)
         return env
 
-    def run(self, action: Action, log_path: Path,
-            on_line: Callable[[str], None] | None = None,
-            on_start: Callable[[int], None] | None = None,
-            extra_env: Mapping[str, str] | None = None) -> Result:
+    def run(
+        self,
+        action: Action,
+        log_path: Path,
+        on_line: Callable[[str], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Result:
         account = None
         if action.user is not None:
             account = lookup_account(self.fs, action.user)
@@ -107,7 +128,10 @@ class Runner:
             log.write(f"$ {' '.join(action.argv)}\n".encode())
             log.flush()
             proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=account.home if account and os.path.isdir(account.home) else "/",
                 user=account.uid if account else None,

@@ -35,16 +35,21 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     systemd_run = shutil.which("systemd-run")
     if fs.is_host and systemd_run and Path("/run/systemd/system").is_dir():
         subprocess.run(
-            [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet",
-             *argv],
-            check=True, stdin=subprocess.DEVNULL,
+            [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet", *argv],
+            check=True,
+            stdin=subprocess.DEVNULL,
         )
         return ticket
     log = (paths.log_dir / "engine.log").open("ab")
     os.chmod(paths.log_dir / "engine.log", 0o600)
     subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        cwd="/", close_fds=True,
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        cwd="/",
+        close_fds=True,
     )
     log.close()
     return ticket

@@ -60,9 +60,11 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             )
         )
     if todo_torch:
-        index = (knowledge().torch.index_for(choices.torch_build)
-                 if answers.torch.index_url == "auto"
-                 else answers.torch.index_url.replace("{build}", choices.torch_build))
+        index = (
+            knowledge().torch.index_for(choices.torch_build)
+            if answers.torch.index_url == "auto"
+            else answers.torch.index_url.replace("{build}", choices.torch_build)
+        )
         actions.append(
             Action(
                 id="venv.torch",

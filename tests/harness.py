@@ -17,8 +17,19 @@ from tests.conftest import FIXTURES, REPO
 from tests.fakemachine import FakeMachine
 from tests.wheels import torch_index
 
-STANDINS = ("apt-get", "dpkg", "curl", "install", "update-initramfs", "nvidia-smi", "modprobe",
-            "mokutil", "systemctl", "reboot", "nvcc")
+STANDINS = (
+    "apt-get",
+    "dpkg",
+    "curl",
+    "install",
+    "update-initramfs",
+    "nvidia-smi",
+    "modprobe",
+    "mokutil",
+    "systemctl",
+    "reboot",
+    "nvcc",
+)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER_UID = 1000
 
@@ -64,7 +75,8 @@ class FakeServer:
         script.write_text(f"#!{sys.executable}\n" + (REPO / "tests" / "standin.py").read_text())
         script.chmod(0o755)
         (self.bin / "standin.json").write_text(
-            json.dumps({"root": str(self.root), "state": str(self.state)}))
+            json.dumps({"root": str(self.root), "state": str(self.state)})
+        )
         for name in STANDINS:
             (self.bin / name).symlink_to("standin.py")
 
@@ -80,12 +92,16 @@ class FakeServer:
     def write_answers(self, policy: str = "ask", extra: str = "") -> None:
         python = "{}.{}".format(*sys.version_info[:2])
         self.answers.write_text(
-            ANSWERS.format(python=python, index=self.index, policy=policy) + extra)
+            ANSWERS.format(python=python, index=self.index, policy=policy) + extra
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         # this machine's proxy and certificate settings, as an operator's server would have
-        network = {k: v for k, v in os.environ.items()
-                   if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)}
+        network = {
+            k: v
+            for k, v in os.environ.items()
+            if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)
+        }
         return {
             **network,
             "PATH": f"{self.bin}:{self.tools}:{SYSTEM_PATH}",
@@ -100,13 +116,23 @@ class FakeServer:
     def mlsetup(self, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "app.cli", *args, "--root", str(self.root)],
-            capture_output=True, text=True, env=self.env(**env), cwd=REPO, timeout=timeout)
+            capture_output=True,
+            text=True,
+            env=self.env(**env),
+            cwd=REPO,
+            timeout=timeout,
+        )
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "app.cli", *args, "--root", str(self.root)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env(**env),
-            cwd=REPO, start_new_session=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env(**env),
+            cwd=REPO,
+            start_new_session=True,
+        )
 
     def script(self, behaviour: dict) -> None:
         """Scripted stand-in behaviour: {"apt-get cuda-toolkit-13-0": {"exit": 100, ...}}."""

@@ -31,8 +31,19 @@ def at(target: str) -> Path:
 
 def log(kind: str, **extra: object) -> None:
     with (STATE / "calls.jsonl").open("a") as f:
-        f.write(json.dumps({"kind": kind, "cmd": NAME, "args": ARGS, "pid": os.getpid(),
-                            "t": time.time(), **extra}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "kind": kind,
+                    "cmd": NAME,
+                    "args": ARGS,
+                    "pid": os.getpid(),
+                    "t": time.time(),
+                    **extra,
+                }
+            )
+            + "\n"
+        )
 
 
 def machine() -> dict:
@@ -45,8 +56,9 @@ def save_machine(data: dict) -> None:
 
 
 def scripted() -> dict:
-    script = json.loads((STATE / "script.json").read_text()) if (STATE / "script.json").exists() \
-        else {}
+    script = (
+        json.loads((STATE / "script.json").read_text()) if (STATE / "script.json").exists() else {}
+    )
     words = [a for a in ARGS if not a.startswith("-") and "=" not in a]
     for key in (f"{NAME} {' '.join(words)}", f"{NAME} {words[-1] if words else ''}", NAME):
         if key in script:
@@ -69,12 +81,15 @@ def apt_get() -> int:
             home = at(f"/usr/local/cuda-{major}.{minor}")
             (home / "bin").mkdir(parents=True, exist_ok=True)
             (home / "version.json").write_text(
-                json.dumps({"cuda": {"version": f"{major}.{minor}.1"}}))
+                json.dumps({"cuda": {"version": f"{major}.{minor}.1"}})
+            )
         elif pkg.startswith("nvidia-driver-pinning-"):
             m["pinned"] = pkg.removeprefix("nvidia-driver-pinning-")
         elif pkg in ("nvidia-open", "cuda-drivers"):
-            m["driver"] = {"version": DRIVER_VERSIONS[m.get("pinned", "580")],
-                           "open": pkg == "nvidia-open"}
+            m["driver"] = {
+                "version": DRIVER_VERSIONS[m.get("pinned", "580")],
+                "open": pkg == "nvidia-open",
+            }
         elif pkg.startswith("linux-headers-"):
             at(f"/usr/src/{pkg}").mkdir(parents=True, exist_ok=True)
         m.setdefault("installed", []).append(pkg)
@@ -87,10 +102,14 @@ def reboot() -> int:
     refuses it; a blacklisted nouveau stays unloaded."""
     m = machine()
     at("/proc/sys/kernel/random/boot_id").write_text(str(uuid.uuid4()) + "\n")
-    modules = [line for line in at("/proc/modules").read_text().splitlines()
-               if not line.startswith(("nvidia ", "nouveau "))]
-    if not at("/etc/modprobe.d/mlsetup-blacklist-nouveau.conf").exists() and \
-            m.get("nouveau_at_boot"):
+    modules = [
+        line
+        for line in at("/proc/modules").read_text().splitlines()
+        if not line.startswith(("nvidia ", "nouveau "))
+    ]
+    if not at("/etc/modprobe.d/mlsetup-blacklist-nouveau.conf").exists() and m.get(
+        "nouveau_at_boot"
+    ):
         modules.append("nouveau 2220032 0 - Live 0xffffffffc0a00000")
     if m.get("driver") and not m.get("mok_not_enrolled"):
         load_driver(m["driver"])

@@ -8,12 +8,18 @@ import subprocess
 from steps.events import ActionFinished, ActionStarted, Failed, Finished, RebootNeeded
 from tests.harness import USER_UID, FakeServer, mode
 
-DRIVER_STEP = ["apt-get update", "apt-get linux-headers-6.8.0-49-generic",
-               "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
-               "cuda-keyring_1.1-1_all.deb",
-               "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb", "apt-get update",
-               "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf", "update-initramfs -u",
-               "apt-get nvidia-driver-pinning-580", "apt-get nvidia-open"]
+DRIVER_STEP = [
+    "apt-get update",
+    "apt-get linux-headers-6.8.0-49-generic",
+    "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    "cuda-keyring_1.1-1_all.deb",
+    "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb",
+    "apt-get update",
+    "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf",
+    "update-initramfs -u",
+    "apt-get nvidia-driver-pinning-580",
+    "apt-get nvidia-open",
+]
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):
@@ -32,17 +38,24 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     second = server.mlsetup("apply", "--resume")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "rebooted; NVIDIA driver 580.105.08 is loaded" in second.stdout
-    after_reboot = server.commands()[len(DRIVER_STEP) + 1:]  # +1: the reboot itself
+    after_reboot = server.commands()[len(DRIVER_STEP) + 1 :]  # +1: the reboot itself
     assert after_reboot == ["apt-get cuda-toolkit-13-0"]  # the repo was set up before
 
     # the venv is real, made by uv as the invoking user, with the index's torch
     assert (server.venv / "bin" / "python").exists()
     assert server.venv.stat().st_uid == USER_UID
     assert all(p.stat().st_uid == USER_UID for p in server.venv.rglob("*") if not p.is_symlink())
-    out = subprocess.run([str(server.venv / "bin/python"), "-c",
-                          "import tinyext, torch; print(tinyext.BUILD); print(torch.__version__)"],
-                         capture_output=True, text=True, check=True)
-    build = eval(out.stdout.splitlines()[0])  # noqa: S307 - our own fixture's repr
+    out = subprocess.run(
+        [
+            str(server.venv / "bin/python"),
+            "-c",
+            "import tinyext, torch; print(tinyext.BUILD); print(torch.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    build = eval(out.stdout.splitlines()[0])
     assert build["torch"] == "2.14.0+cu130"  # the build imported the venv's torch
     assert build["CUDA_HOME"] == "/usr/local/cuda-13.0"
     path = build["PATH"].split(":")  # uv puts the venv's bin first; then the plan's PATH
@@ -70,8 +83,14 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
 
 def test_failing_action_stops_with_diagnosis_and_resumes_there(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
-    server.script({"apt-get cuda-toolkit-13-0": {
-        "exit": 100, "output": "E: Unable to correct problems, you have held broken packages."}})
+    server.script(
+        {
+            "apt-get cuda-toolkit-13-0": {
+                "exit": 100,
+                "output": "E: Unable to correct problems, you have held broken packages.",
+            }
+        }
+    )
     run = server.mlsetup("apply", "--answers", str(server.answers))
     assert run.returncode == 1, run.stdout + run.stderr
     report = server.report()
@@ -79,8 +98,11 @@ def test_failing_action_stops_with_diagnosis_and_resumes_there(server: FakeServe
     assert failure["action"] == "toolkit.install-13.0" and failure["exit_code"] == 100
     assert failure["diagnosis"] == "apt-broken"
     assert failure["log"].endswith("/toolkit.install-13.0.log")
-    assert "held broken packages" in (server.root / failure["log"].lstrip("/")).read_text() \
-        if not failure["log"].startswith(str(server.root)) else True
+    assert (
+        "held broken packages" in (server.root / failure["log"].lstrip("/")).read_text()
+        if not failure["log"].startswith(str(server.root))
+        else True
+    )
     assert "why:" in run.stdout and "next:" in run.stdout and "log:" in run.stdout
     assert not server.venv.exists()  # nothing after the failed action ran
     state = server.state_file()
@@ -108,3 +130,283 @@ def test_events_tell_the_whole_story(server: FakeServer):
     assert started == ended
     assert not any(isinstance(e, (Failed, RebootNeeded)) for e in events)
     assert json.loads(events[1].to_json())["kind"] == "plan"
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _engine_pid(server: FakeServer) -> int:
+    from steps.events import RunStarted
+
+    return [e for e in server.events() if isinstance(e, RunStarted)][-1].pid
+
+
+def _started(server: FakeServer, action: str) -> bool:
+    try:
+        return any(isinstance(e, ActionStarted) and e.action == action for e in server.events())
+    except (FileNotFoundError, ValueError):
+        return False
+
+
+def _finish(server: FakeServer) -> subprocess.CompletedProcess:
+    """Resume until done, rebooting when the engine asks for it."""
+    for _ in range(4):
+        run = server.mlsetup("apply", "--resume")
+        if run.returncode != 10:
+            return run
+        server.reboot()
+    raise AssertionError("never finished")
+
+
+def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: FakeServer):
+    """kill -9 of the engine while a step's action runs; the re-run finishes the job and no
+    action that had finished before a kill runs again."""
+    import os
+    import signal
+
+    server.script(
+        {
+            "apt-get linux-headers-6.8.0-49-generic": {"sleep": 1.5},
+            "apt-get cuda-toolkit-13-0": {"sleep": 1.5},
+        }
+    )
+    kill_in = [
+        "driver.prerequisites",
+        "toolkit.install-13.0",
+        "venv.torch",
+        "extensions.tinyext.build",
+    ]
+    for action in kill_in:
+        viewer = (
+            server.popen("apply", "--answers", str(server.answers))
+            if action == kill_in[0]
+            else server.popen("apply", "--resume")
+        )
+        _wait_for(lambda a=action, v=viewer: _started(server, a) or v.poll() is not None)
+        if viewer.poll() == 10:  # paused for the reboot before reaching this step
+            server.reboot()
+            viewer = server.popen("apply", "--resume")
+            _wait_for(lambda a=action: _started(server, a))
+        os.kill(_engine_pid(server), signal.SIGKILL)
+        viewer.wait(timeout=30)
+        _wait_for(
+            lambda: not (server.root / "var/lib/mlsetup/apply.lock").exists() or _lock_free(server)
+        )
+    final = _finish(server)
+    assert final.returncode == 0, final.stdout + final.stderr
+
+    events = server.events()
+    starts: dict[str, int] = {}
+    finished_at: dict[str, int] = {}
+    for i, e in enumerate(events):
+        if isinstance(e, ActionStarted):
+            assert e.action not in finished_at, f"{e.action} ran again after it had finished"
+            starts[e.action] = starts.get(e.action, 0) + 1
+        elif isinstance(e, ActionFinished) and e.status == "done":
+            finished_at.setdefault(e.action, i)
+    for action in kill_in:  # each interrupted one ran at most once more (or its orphaned
+        assert starts[action] <= 2, action  # process finished it and the re-probe saw that)
+    from steps.rootfs import RootFS
+    from steps.venvstate import probe_venv
+
+    venv = probe_venv(RootFS(server.root), str(server.venv))
+    assert venv is not None
+    assert venv.version_of("torch") == "2.14.0+cu130" and venv.version_of("tinyext") == "0.1.0"
+    assert (server.venv / "bin/python").exists()
+
+
+def _lock_free(server: FakeServer) -> bool:
+    from steps.engine import ApplyLock
+
+    return ApplyLock(server.root / "var/lib/mlsetup/apply.lock").holder() is None
+
+
+def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
+    import fcntl
+    import os
+    import threading
+    import time
+
+    server.machine.driver_loaded("580.105.08")
+    lock = server.root / "var/lib/dpkg/lock-frontend"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    release = threading.Timer(2.0, lambda: os.close(fd))
+    release.start()
+    t0 = time.monotonic()
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    assert "the dpkg lock is held by" in run.stdout and "waiting up to 20s" in run.stdout
+    assert time.monotonic() - t0 >= 2.0
+
+
+def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):
+    import fcntl
+    import os
+
+    server.machine.driver_loaded("580.105.08")
+    lock = server.root / "var/lib/dpkg/lock-frontend"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    try:
+        run = server.mlsetup(
+            "apply", "--answers", str(server.answers), MLSETUP_DPKG_LOCK_TIMEOUT="1"
+        )
+    finally:
+        os.close(fd)
+    assert run.returncode == 1
+    assert "the dpkg lock was still held after 1s" in run.stdout
+    assert server.report()["failure"]["diagnosis"] == "dpkg-lock"
+    assert [c for c in server.calls() if c["cmd"] in ("apt-get", "dpkg")] == []
+
+
+def test_interrupted_dpkg_is_reported_with_the_fix(server: FakeServer):
+    updates = server.root / "var/lib/dpkg/updates"
+    updates.mkdir(parents=True)
+    (updates / "0001").write_text("")
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 1
+    assert "sudo dpkg --configure -a" in run.stdout
+
+
+def test_viewer_killed_engine_finishes_and_attach_replays(server: FakeServer):
+    import os
+    import signal
+
+    server.machine.driver_loaded("580.105.08")
+    server.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
+    viewer = server.popen("apply", "--answers", str(server.answers))
+    _wait_for(lambda: _started(server, "toolkit.install-13.0"))
+    engine = _engine_pid(server)
+    os.killpg(viewer.pid, signal.SIGHUP)  # the SSH session drops
+    out, _ = viewer.communicate(timeout=30)
+    assert "keeps running in the background" in out
+    assert os.path.exists(f"/proc/{engine}")  # the work goes on
+    _wait_for(lambda: _lock_free(server), timeout=120)
+    assert server.report()["result"] == "done"
+
+    attach = server.mlsetup("attach")
+    assert attach.returncode == 0, attach.stdout + attach.stderr
+    assert "mlsetup starting" in attach.stdout  # replayed from the start
+    assert "toolkit.install-13.0 in" in attach.stdout
+    assert "done: every step is satisfied" in attach.stdout
+
+
+def test_attach_follows_a_running_apply_live(server: FakeServer):
+    server.machine.driver_loaded("580.105.08")
+    server.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
+    engine = server.popen("apply", "--answers", str(server.answers), "--foreground")
+    _wait_for(lambda: _started(server, "toolkit.install-13.0"))
+    attach = server.mlsetup("attach")
+    assert attach.returncode == 0
+    assert "extensions.tinyext.build in" in attach.stdout  # it saw the rest as it happened
+    assert engine.wait(timeout=60) == 0
+
+
+def test_second_apply_while_one_runs_exits_4(server: FakeServer):
+    from steps.engine import ApplyLock
+
+    lock = ApplyLock(server.root / "var/lib/mlsetup/apply.lock")
+    lock.acquire()
+    try:
+        run = server.mlsetup("apply", "--answers", str(server.answers))
+    finally:
+        lock.release()
+    import os
+
+    assert run.returncode == 4
+    assert f"pid {os.getpid()}" in run.stderr and "mlsetup attach" in run.stderr
+
+
+def test_corrupt_state_is_kept_aside_and_reported(server: FakeServer):
+    server.machine.driver_loaded("580.105.08")
+    state = server.root / "var/lib/mlsetup/state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"schema": "mlsetup.state/1", "run_id": ')  # a torn write
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    kept = list(state.parent.glob("state.json.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_text().endswith('"run_id": ')
+    assert f"kept it at {kept[0]}" in run.stdout
+
+
+def test_auto_reboot_installs_a_one_shot_resume_unit(server: FakeServer):
+    (server.root / "run/systemd/system").mkdir(parents=True)
+    server.write_answers(policy="auto")
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 10, first.stdout
+    unit = server.root / "etc/systemd/system/mlsetup-resume.service"
+    assert "ExecStart=/usr/local/bin/mlsetup apply --resume --foreground" in unit.read_text()
+    assert server.commands()[-2:] == ["systemctl mlsetup-resume.service", "reboot"]
+    # the machine rebooted (the stand-in did it); systemd starts the enabled unit
+    wants = server.root / "etc/systemd/system/multi-user.target.wants/mlsetup-resume.service"
+    assert wants.exists()
+    boot = server.mlsetup("apply", "--resume", "--foreground")
+    assert boot.returncode == 0, boot.stdout
+    assert not unit.exists() and not wants.exists()  # removed itself when done
+
+
+def test_secure_boot_refused_module_after_reboot(server: FakeServer):
+    server.machine.secure_boot(True)
+    server.set_machine(mok_not_enrolled=True)
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 10
+    assert "mokutil --import" in first.stdout  # said before the reboot, in the plan
+    server.reboot()
+    run = server.mlsetup("apply", "--resume")
+    assert run.returncode == 1
+    assert "no NVIDIA driver is loaded; expected branch 580" in run.stdout
+    assert server.report()["failure"]["diagnosis"] == "secure-boot-rejected"
+    assert "Key was rejected by service" in run.stdout
+    assert "mokutil --import /var/lib/shim-signed/mok/MOK.der" in run.stdout
+
+
+def test_dry_run_executes_nothing_and_writes_nothing(server: FakeServer):
+    run = server.mlsetup("apply", "--answers", str(server.answers), "--dry-run")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert server.calls() == []
+    assert not (server.root / "var/lib/mlsetup").exists()
+    assert "dry run: the machine would reboot here" in run.stdout
+    assert run.stdout.count("(dry run: not executed)") >= 10
+
+
+def test_apply_without_root_exits_3():
+    import os
+
+    from app.cli import run
+
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            from tests.conftest import MACHINES
+
+            try:
+                run(["apply", "--answers", str(MACHINES.parent / "answers.example.toml")])
+            except Exception as exc:
+                code = getattr(exc, "exit_code", 98)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+
+
+def test_bad_answers_exit_2_before_anything_runs(server: FakeServer):
+    server.answers.write_text('version = 1\n[reboot]\npolicy = "whenever"\n')
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 2
+    assert "reboot.policy" in run.stderr and "'ask', 'auto' or 'never'" in run.stderr
+    assert server.calls() == [] and not (server.root / "var/lib/mlsetup").exists()

@@ -25,7 +25,7 @@ def build_wheel(directory: Path, name: str, version: str, files: dict[str, str])
         **{path: text.encode() for path, text in files.items()},
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: mlsetup-tests\nRoot-Is-Purelib: true\n"
-                         b"Tag: py3-none-any\n",
+        b"Tag: py3-none-any\n",
     }
     record = [_record_line(path, data) for path, data in contents.items()]
     record.append(f"{info}/RECORD,,")
@@ -38,13 +38,19 @@ def build_wheel(directory: Path, name: str, version: str, files: dict[str, str])
     return path
 
 
-def torch_index(root: Path, version: str = "2.14.0", build: str = "cu130",
-                cuda: str | None = "13.0") -> Path:
+def torch_index(
+    root: Path, version: str = "2.14.0", build: str = "cu130", cuda: str | None = "13.0"
+) -> Path:
     """A local package index (uv --index-url DIR) with a stand-in torch of that build."""
-    wheel = build_wheel(root / "torch", "torch", f"{version}+{build}", {
-        "torch/__init__.py": f"__version__ = '{version}+{build}'\n",
-        "torch/version.py": f"__version__ = '{version}+{build}'\ncuda = {cuda!r}\n",
-    })
+    wheel = build_wheel(
+        root / "torch",
+        "torch",
+        f"{version}+{build}",
+        {
+            "torch/__init__.py": f"__version__ = '{version}+{build}'\n",
+            "torch/version.py": f"__version__ = '{version}+{build}'\ncuda = {cuda!r}\n",
+        },
+    )
     href = wheel.name.replace("+", "%2B")
     (root / "torch" / "index.html").write_text(f'<a href="{href}">{wheel.name}</a>\n')
     (root / "index.html").write_text('<a href="torch/">torch</a>\n')
