@@ -189,6 +189,29 @@ class BuildAnswers(_Section):
             )
         return v
 
+    @field_validator("memory_limit")
+    @classmethod
+    def _limit(cls, v: str) -> str:
+        m = _MEMORY.match(v.strip())
+        if v != "auto" and (not m or m.group(1) is not None):
+            raise ValueError('allowed: "auto" or a size such as "32GiB"')
+        return v
+
+    @field_validator("wheelhouse")
+    @classmethod
+    def _wheelhouse(cls, v: str) -> str:
+        if v and not v.startswith("/"):
+            raise ValueError('allowed: "" (none) or an absolute directory path')
+        return v
+
+    def limit_bytes(self) -> int | None:
+        """The explicit memory limit in bytes, or None for "auto"."""
+        if self.memory_limit == "auto":
+            return None
+        m = _MEMORY.match(self.memory_limit.strip())
+        assert m
+        return int(float(m.group(2)) * (2**30 if m.group(3) == "GiB" else 2**20))
+
     def reserve_bytes(self, total_bytes: int) -> int:
         m = _MEMORY.match(self.memory_reserve.strip())
         assert m
