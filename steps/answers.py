@@ -171,6 +171,14 @@ class BuildAnswers(_Section):
     memory_reserve: str = Field(
         "10%", description='RAM never given to compile jobs: "10%" or "8GiB"'
     )
+    memory_limit: str = Field(
+        "auto", description='most RAM a build may use: "auto" = all but the reserve; or "32GiB"'
+    )
+    wheelhouse: str = Field(
+        "",
+        description="a directory shared by a fleet: built wheels are published there and "
+        "installed from there instead of building again (empty = none)",
+    )
 
     @field_validator("max_jobs", mode="before")
     @classmethod
