@@ -62,15 +62,13 @@ MAX_JOBS_UNDER_GOVERNOR = "governed"
 # benchmark's scaled jobs 20x faster), so a tenth of a second bounds the growth between looks.
 SAMPLE_INTERVAL_S = 0.1
 EVENT_INTERVAL_S = 1.0  # MemorySample events: once a second is enough for a gauge
-# Admit a new job at most every quarter of the learned time-to-peak: about four jobs ramp at once.
-STAGGER_FRACTION = 0.25
 # The budget share kept free at all times, for growth between two samples and the measurement's
 # slack; freezing starts when half of it is used up.
 GUARD_FRACTION = 0.03
 # A job is past its peak once it has been near the learned peak and fallen back by a fifth.
 PEAK_NEAR = 0.5
 PEAK_FALLBACK = 0.8
-PEAK_SAFETY = 1.1  # learned peak = the largest job peak seen, plus this margin
+PEAK_SAFETY = 1.05  # learned peak = the largest job peak seen, plus this margin
 # System-wide pressure (PSI `some avg10`, %) or swap growth that blocks new jobs.
 PSI_PRESSURE = 10.0
 SWAP_GROWTH_BYTES = 64 * 2**20
@@ -468,7 +466,9 @@ class Governor:
                 )
                 self._decide_jobs(now, len(running), why)
             return
-        if now - self._last_admit < self._learned.ramp_s * STAGGER_FRACTION:
+        # Stagger: the peaks the budget holds, spread evenly over one time-to-peak, so starts
+        # never bunch up and the memory a job gives back after its peak is used by the next.
+        if now - self._last_admit < self._learned.ramp_s / self._fit_at_peak():
             return
         if len(running) >= self.allowed:
             if len(running) >= self.ceiling:
