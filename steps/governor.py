@@ -395,6 +395,8 @@ class Governor:
             job.rss = total
             if total > job.peak:
                 job.peak, job.peak_at = total, now
+            # A job already larger than the estimate corrects it at once, before its peak.
+            self._learned.peak_job = max(self._learned.peak_job, total)
             if (
                 not job.past_peak
                 and job.peak >= PEAK_NEAR * self._learned.peak_job

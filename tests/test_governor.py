@@ -1,0 +1,221 @@
+"""The memory governor against a real ninja (>= 1.13, the venv's) running real synthetic jobs."""
+
+from __future__ import annotations
+
+import itertools
+import stat
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from steps.events import BuildProgress, Event, MemorySample, Throttle
+from steps.governor import MAX_JOBS_UNDER_GOVERNOR, Governor
+
+NINJA = Path(sys.executable).parent / "ninja"
+JOB = Path(__file__).resolve().parent / "bench" / "synthetic_job.py"
+MiB = 2**20
+
+
+def ninja_version() -> tuple[int, ...]:
+    out = subprocess.run([NINJA, "--version"], capture_output=True, text=True).stdout
+    return tuple(int(x) for x in out.split(".")[:2])
+
+
+pytestmark = pytest.mark.skipif(
+    not NINJA.exists() or ninja_version() < (1, 13), reason="needs the venv's ninja >= 1.13"
+)
+
+
+@dataclass
+class Watch:
+    """What a watcher saw of ninja's jobs, 50 times a second, independently of the governor."""
+
+    stopped_seen: bool = False
+    longest_all_stopped_s: float = 0.0
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+    def max_concurrent(self) -> int:
+        edges = sorted([(a, 1) for a, _ in self.intervals] + [(b, -1) for _, b in self.intervals])
+        now = most = 0
+        for _, step in edges:
+            now += step
+            most = max(most, now)
+        return most
+
+
+def write_graph(root: Path, jobs: int, peak_mib: int, ramp: float, plateau: float) -> None:
+    rule = (
+        f"{sys.executable} {JOB} $out {peak_mib} {ramp} 0.1 {plateau} 0.5 {root / 'jobs.log'}"
+        " && touch $out"
+    )
+    lines = ["rule cc", f"  command = {rule}"]
+    lines += [f"build job{i}: cc" for i in range(jobs)]
+    (root / "build.ninja").write_text("\n".join(lines) + "\n")
+
+
+def watch(ninja: int, done: threading.Event, seen: Watch) -> None:
+    all_stopped_since: float | None = None
+    while not done.wait(0.02):
+        try:
+            jobs = psutil.Process(ninja).children()
+            states = [p.status() for p in jobs]
+        except psutil.NoSuchProcess:
+            continue
+        stopped = [s == psutil.STATUS_STOPPED for s in states]
+        seen.stopped_seen |= any(stopped)
+        now = time.monotonic()
+        if stopped and all(stopped):
+            all_stopped_since = all_stopped_since or now
+            seen.longest_all_stopped_s = max(seen.longest_all_stopped_s, now - all_stopped_since)
+        else:
+            all_stopped_since = None
+
+
+def build(
+    root: Path,
+    gov: Governor,
+    jobs: int,
+    peak_mib: int,
+    ramp: float = 0.3,
+    plateau: float = 0.3,
+    during: object = None,
+) -> tuple[int, Watch]:
+    """Run ninja on `jobs` synthetic jobs under `gov`, as the runner does; its exit code and
+    what the watcher saw. `during(gov, watch, ninja_pid)` runs while the build does."""
+    write_graph(root, jobs, peak_mib, ramp, plateau)
+    seen = Watch()
+    done = threading.Event()
+    gov.start()
+    proc = subprocess.Popen(
+        [NINJA, "-C", str(root)],
+        env={"PATH": "/usr/bin:/bin", **gov.env()},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    gov.attach(proc.pid)
+    watcher = threading.Thread(target=watch, args=(proc.pid, done, seen))
+    watcher.start()
+    if callable(during):
+        during(gov, seen, proc.pid)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        gov.feed_line(line)
+    rc = proc.wait(timeout=60)
+    done.set()
+    watcher.join()
+    gov.stop()
+    starts, ends = {}, {}
+    for line in (root / "jobs.log").read_text().splitlines():
+        what, name, _, t = line.split()
+        (starts if what == "start" else ends)[name] = float(t)
+    seen.intervals = [(starts[n], ends[n]) for n in starts]
+    return rc, seen
+
+
+def test_env_points_ninja_at_a_fifo_and_keeps_torch_from_passing_j() -> None:
+    gov = Governor(budget_bytes=1 << 30)
+    env = gov.env()
+    path = Path(env["MAKEFLAGS"].removeprefix("--jobserver-auth=fifo:"))
+    assert stat.S_ISFIFO(path.stat().st_mode)
+    assert env["MAX_JOBS"] == MAX_JOBS_UNDER_GOVERNOR and not env["MAX_JOBS"].isdigit()
+    gov.stop()
+    assert not path.exists()
+
+
+def test_feed_line_turns_ninja_progress_into_events() -> None:
+    events: list[Event] = []
+    gov = Governor(events.append, budget_bytes=1 << 30, action="extensions.flash-attn")
+    gov.feed_line("[12/73] /usr/local/cuda/bin/nvcc -c flash_fwd_hdim128.cu\n")
+    gov.feed_line("ninja: no work to do.\n")
+    gov.feed_line("  [73/73] c++ -shared -o flash_attn_2_cuda.so\n")
+    gov.stop()
+    assert [(e.action, e.done, e.total) for e in events if isinstance(e, BuildProgress)] == [
+        ("extensions.flash-attn", 12, 73),
+        ("extensions.flash-attn", 73, 73),
+    ]
+
+
+def test_ninja_never_runs_more_jobs_than_the_ceiling(tmp_path: Path) -> None:
+    # Plenty of memory: only the ceiling (tokens) limits ninja. Without the jobserver ninja
+    # would run cores + 2 (at least 3) jobs at once; with -j it would ignore the FIFO.
+    events: list[Event] = []
+    gov = Governor(
+        events.append, ceiling=2, budget_bytes=4 << 30, peak_job_bytes=4 * MiB, ramp_s=0.05
+    )
+    rc, seen = build(tmp_path, gov, jobs=8, peak_mib=8, plateau=0.4)
+    assert rc == 0
+    assert len(seen.intervals) == 8
+    assert seen.max_concurrent() == 2
+    assert gov.summary().peak_jobs <= 2
+    assert all(e.jobs_allowed <= 2 for e in events if isinstance(e, MemorySample))
+
+
+def test_tiny_budget_freezes_the_newest_jobs_and_thaws_them(tmp_path: Path) -> None:
+    # The first guess (8 MiB a job) is far too low, so four jobs start before the governor
+    # learns they grow to 120 MiB each: only the hard stop keeps the tree near 300 MiB.
+    events: list[Event] = []
+    gov = Governor(
+        events.append, ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB, ramp_s=0.05
+    )
+    rc, seen = build(tmp_path, gov, jobs=6, peak_mib=120, ramp=0.8)
+    summary = gov.summary()
+    assert rc == 0 and len(seen.intervals) == 6
+    assert summary.freezes >= 1
+    assert seen.stopped_seen
+    assert any("froze the newest job" in e.reason for e in events if isinstance(e, Throttle))
+    # Never zero jobs: at most a moment (one sample) between a job's end and the next thaw.
+    assert seen.longest_all_stopped_s < 0.3
+    assert summary.learned_peak_job_bytes >= 120 * MiB
+    # Frozen jobs stop growing, so the tree stays within a job's growth of the budget.
+    assert summary.peak_rss_bytes < 300 * MiB + 120 * MiB
+
+
+def test_stop_thaws_every_frozen_job(tmp_path: Path) -> None:
+    thawed: list[bool] = []
+
+    def stop_while_frozen(gov: Governor, seen: Watch, ninja: int) -> None:
+        deadline = time.monotonic() + 20
+        while not seen.stopped_seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        gov.stop()
+        time.sleep(0.1)
+        states = [p.status() for p in psutil.Process(ninja).children(recursive=True)]
+        thawed.append(bool(states) and psutil.STATUS_STOPPED not in states)
+
+    gov = Governor(ceiling=3, budget_bytes=150 * MiB, peak_job_bytes=100 * MiB, ramp_s=0.05)
+    rc, seen = build(tmp_path, gov, jobs=3, peak_mib=80, ramp=1.0, during=stop_while_frozen)
+    assert seen.stopped_seen
+    assert thawed == [True]
+    assert rc == 0
+
+
+def test_memory_samples_every_second_and_throttle_reasons(tmp_path: Path) -> None:
+    events: list[Event] = []
+    gov = Governor(
+        events.append, ceiling=3, budget_bytes=200 * MiB, peak_job_bytes=60 * MiB, ramp_s=0.3
+    )
+    rc, _ = build(tmp_path, gov, jobs=5, peak_mib=60, ramp=0.4, plateau=0.8)
+    assert rc == 0
+    samples = [e for e in events if isinstance(e, MemorySample)]
+    assert samples and all(s.total_bytes > s.available_bytes > 0 for s in samples)
+    gaps = [b.t - a.t for a, b in itertools.pairwise(samples)]
+    assert all(gap < 1.5 for gap in gaps)
+    throttles = [e for e in events if isinstance(e, Throttle)]
+    assert throttles
+    assert all(e.reason.endswith(f"→ jobs {e.jobs_from} → {e.jobs_to}") for e in throttles)
+    assert all(1 <= e.jobs_to <= 3 for e in throttles)
+
+
+def test_default_budget_is_available_memory_minus_the_reserve() -> None:
+    before = psutil.virtual_memory().available
+    gov = Governor(reserve_bytes=512 * MiB)
+    after = psutil.virtual_memory().available
+    gov.stop()
+    assert min(before, after) - 512 * MiB - 64 * MiB <= gov.budget
+    assert gov.budget <= max(before, after) - 512 * MiB + 64 * MiB
