@@ -197,8 +197,9 @@ def test_stop_thaws_every_frozen_job(tmp_path: Path) -> None:
 
 def test_memory_samples_every_second_and_throttle_reasons(tmp_path: Path) -> None:
     events: list[Event] = []
+    # Three jobs fit at the guessed 40 MiB peak; at the 60+ MiB they really reach, two do.
     gov = Governor(
-        events.append, ceiling=3, budget_bytes=200 * MiB, peak_job_bytes=60 * MiB, ramp_s=0.3
+        events.append, ceiling=4, budget_bytes=150 * MiB, peak_job_bytes=40 * MiB, ramp_s=0.3
     )
     rc, _ = build(tmp_path, gov, jobs=5, peak_mib=60, ramp=0.4, plateau=0.8)
     assert rc == 0
@@ -209,7 +210,8 @@ def test_memory_samples_every_second_and_throttle_reasons(tmp_path: Path) -> Non
     throttles = [e for e in events if isinstance(e, Throttle)]
     assert throttles
     assert all(e.reason.endswith(f"→ jobs {e.jobs_from} → {e.jobs_to}") for e in throttles)
-    assert all(1 <= e.jobs_to <= 3 for e in throttles)
+    assert all(1 <= e.jobs_to <= 4 for e in throttles)
+    assert any(e.jobs_to < e.jobs_from for e in throttles)
 
 
 def test_default_budget_is_available_memory_minus_the_reserve() -> None:
