@@ -1,0 +1,118 @@
+"""Controller-side helpers for the mlsetup Ansible role; run with the controller's Python
+(ansible-core 2.18+ needs 3.11+ there, so tomllib is present). Prints one JSON object.
+
+  mlsetup_controller.py pack SOURCE OUTDIR
+      A reproducible source tarball of the mlsetup checkout at SOURCE (what install.sh
+      installs from): the same files give the same bytes, so its sha256 says whether a host
+      already runs exactly this source. -> {"tarball", "id", "version", "top"}
+  mlsetup_controller.py answers FILE
+      What the role needs to know from an answers file before it runs anything.
+      -> {"wheelhouse", "reboot_policy"}
+
+Errors go to stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import tomllib
+
+# What install.sh needs from a checkout: itself, the package metadata and the packages.
+TOP_FILES = ("install.sh", "pyproject.toml", "README.md", "LICENSE")
+PACKAGES = ("app", "steps", "assets")
+MTIME = 1577836800  # 2020-01-01: fixed, and after 1980 so a wheel built from it can zip it
+
+
+def fail(message: str) -> None:
+    print(f"mlsetup role: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _files(source: Path) -> list[Path]:
+    files = [source / name for name in TOP_FILES if (source / name).is_file()]
+    for package in PACKAGES:
+        for path in sorted((source / package).rglob("*")):
+            rel = path.relative_to(source)
+            if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+                continue
+            if path.is_file() and path.suffix not in (".pyc", ".pyo"):
+                files.append(path)
+    return sorted(files)
+
+
+def pack(source: Path, outdir: Path) -> dict:
+    source = source.resolve()
+    for needed in ("install.sh", "pyproject.toml", "steps", "app"):
+        if not (source / needed).exists():
+            fail(
+                f"{source} is not an mlsetup checkout (no {needed}); set mlsetup_source to the "
+                "directory holding install.sh"
+            )
+    version = tomllib.loads((source / "pyproject.toml").read_text())["project"]["version"]
+    top = f"mlsetup-{version}"
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _files(source):
+            info = tarfile.TarInfo(f"{top}/{path.relative_to(source).as_posix()}")
+            data = path.read_bytes()
+            info.size = len(data)
+            info.mtime = MTIME
+            info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    blob = packed.getvalue()
+    digest = hashlib.sha256(blob).hexdigest()
+    outdir.mkdir(parents=True, exist_ok=True)
+    tarball = outdir / f"{top}-{digest[:12]}.tar.gz"
+    if not tarball.exists():
+        tmp = tarball.with_suffix(".tmp")
+        tmp.write_bytes(blob)
+        tmp.replace(tarball)
+    return {
+        "tarball": str(tarball),
+        "id": f"{version} sha256:{digest}",
+        "version": version,
+        "top": top,
+    }
+
+
+def answers(path: Path) -> dict:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        fail(f"cannot read the answers file {path}: {exc.strerror}")
+    except tomllib.TOMLDecodeError as exc:
+        fail(f"{path}: not valid TOML: {exc}")
+    build = data.get("build", {})
+    reboot = data.get("reboot", {})
+    if not isinstance(build, dict) or not isinstance(reboot, dict):
+        fail(f"{path}: [build] and [reboot] must be tables")
+    return {
+        "wheelhouse": str(build.get("wheelhouse", "")),
+        "reboot_policy": str(reboot.get("policy", "ask")),
+    }
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) == 3 and argv[0] == "pack":
+        result = pack(Path(argv[1]), Path(argv[2]))
+    elif len(argv) == 2 and argv[0] == "answers":
+        result = answers(Path(argv[1]))
+    else:
+        fail("usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

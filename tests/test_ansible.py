@@ -1,0 +1,257 @@
+"""The Ansible role (assets/ansible) in real ansible-playbook runs of the example playbook.
+
+Three fake servers (tests/harness.py) are three hosts of one inventory, all on this machine
+(connection local), mlsetup pointed at each one's root with the role's variables: gpu1 builds
+the extension and publishes its wheel, gpu2 installs that wheel, gpu3's apt-get fails. The
+plays run in order: --check (plans, nothing changed), the first play (changes, one reboot per
+host, gpu3 failed with its diagnosis), the second play (nothing changed anywhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.harness import FakeServer
+
+pytest.importorskip("ansible", reason="ansible-core is a test extra: pip install -e .[test]")
+
+PLAYBOOK = REPO / "assets" / "ansible" / "site.yml"
+HOSTS = ("gpu1", "gpu2", "gpu3")
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+"
+    r"skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)",
+    re.MULTILINE,
+)
+APT_BROKEN = "E: Unable to correct problems, you have held broken packages."
+
+pytestmark = pytest.mark.slow
+
+
+def ansible_playbook() -> str:
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
+    if found is None:
+        pytest.skip("ansible-playbook is not installed")
+    return found
+
+
+class Fleet:
+    """Three fake servers, an inventory and an ansible.cfg; the plays, each run once, in order."""
+
+    def __init__(self, base: Path, uv: Path) -> None:
+        self.base = base
+        self.controller = base / "controller"
+        self.controller.mkdir()
+        self.servers: dict[str, FakeServer] = {}
+        for host in HOSTS:
+            (base / host).mkdir()
+            server = FakeServer(base / host, uv)
+            wheelhouse = server.base / "wheelhouse"  # each host's own: the role syncs them
+            server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+            self.servers[host] = server
+        self.servers["gpu3"].script(
+            {"apt-get cuda-toolkit-13-0": {"exit": 100, "output": APT_BROKEN}}
+        )
+        self.inventory = base / "inventory.yml"
+        self.inventory.write_text(json.dumps(self._inventory(), indent=2))  # JSON is YAML
+        self.cfg = base / "ansible.cfg"
+        self.cfg.write_text(
+            "[defaults]\n"
+            "forks = 5\n"
+            "retry_files_enabled = False\n"
+            f"local_tmp = {base}/ansible-local\n"
+            f"remote_tmp = {base}/ansible-remote\n"
+            "interpreter_python = auto_silent\n"
+        )
+        self.results: dict[str, subprocess.CompletedProcess] = {}
+
+    def _inventory(self) -> dict:
+        hosts = {
+            name: {
+                "mlsetup_root": str(s.root),
+                "mlsetup_answers": str(s.answers),
+                "mlsetup_environment": s.env(),
+                "fake_bin": str(s.bin),
+            }
+            for name, s in self.servers.items()
+        }
+        return {
+            "all": {
+                "children": {
+                    "gpu_servers": {
+                        "hosts": hosts,
+                        "vars": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "ansible_become": False,  # root already; site.yml asks for sudo
+                            "mlsetup_install": False,  # this checkout, not /opt/mlsetup
+                            "mlsetup_command": [sys.executable, "-m", "app.cli"],
+                            "mlsetup_reboot_tasks": str(REPO / "tests/ansible/fake_reboot.yml"),
+                            "mlsetup_poll": 1,
+                            "mlsetup_wheelhouse_sync": str(self.controller / "wheelhouse"),
+                            "mlsetup_reports_dir": str(self.controller / "reports"),
+                            "mlsetup_plans_dir": str(self.controller / "plans"),
+                            "mlsetup_facts_dir": str(self.controller / "facts"),
+                        },
+                    }
+                }
+            }
+        }
+
+    def play(self, *args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env.update(
+            ANSIBLE_CONFIG=str(self.cfg),
+            ANSIBLE_HOME=str(self.base / "ansible-home"),
+            ANSIBLE_ASYNC_DIR=str(self.base / "ansible-async"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+        )
+        return subprocess.run(
+            [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.base,
+            timeout=600,
+        )
+
+    def _once(self, name: str, *args: str) -> subprocess.CompletedProcess:
+        if name not in self.results:
+            self.results[name] = self.play(*args)
+        return self.results[name]
+
+    def check(self) -> subprocess.CompletedProcess:
+        return self._once("check", "--check")
+
+    def first(self) -> subprocess.CompletedProcess:
+        self.check()
+        return self._once("first")
+
+    def second(self) -> subprocess.CompletedProcess:
+        self.first()
+        return self._once("second")
+
+    def report(self, host: str) -> dict:
+        return json.loads((self.controller / "reports" / f"{host}.json").read_text())
+
+
+def recap(run: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    keys = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
+    out = run.stdout.split("PLAY RECAP")[-1]
+    return {m[0]: dict(zip(keys, map(int, m[1:]), strict=True)) for m in RECAP.findall(out)}
+
+
+def shown(run: subprocess.CompletedProcess) -> str:
+    return f"--- stdout\n{run.stdout[-12000:]}\n--- stderr\n{run.stderr[-4000:]}"
+
+
+def boots(server: FakeServer) -> int:
+    path = server.state / "machine.json"
+    return json.loads(path.read_text()).get("boots", 0) if path.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def fleet(uv_binary: Path):
+    if os.geteuid() != 0:
+        pytest.skip("the fake servers run commands as another account: they need root")
+    ansible_playbook()
+    base = Path(tempfile.mkdtemp(prefix="mlsetup-fleet-", dir="/tmp"))
+    base.chmod(0o755)  # the venvs' owner (uid 1000) must reach each server's home
+    try:
+        yield Fleet(base, uv_binary)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_check_mode_previews_every_host_and_changes_nothing(fleet: Fleet):
+    run = fleet.check()
+    assert run.returncode == 0, shown(run)
+    counts = recap(run)
+    assert set(counts) == set(HOSTS), shown(run)
+    for host, server in fleet.servers.items():
+        assert counts[host]["failed"] == 0
+        assert counts[host]["changed"] >= 1  # "would change": its plan has pending steps
+        text = (fleet.controller / "plans" / f"{host}.txt").read_text()
+        assert "driver" in text and "pending" in text
+        plan = json.loads((fleet.controller / "plans" / f"{host}.json").read_text())
+        assert plan["schema"] == "mlsetup.plan/1"
+        assert [s["name"] for s in plan["steps"]] == ["driver", "toolkit", "venv", "extensions"]
+        assert {s["status"] for s in plan["steps"]} == {"pending"}
+        facts = json.loads((fleet.controller / "facts" / f"{host}.json").read_text())
+        assert facts["schema"] == "mlsetup.facts/1" and facts["driver"] is None
+        assert facts["gpus"][0]["compute_capability"] == "9.0"
+        # the fake machine is as it was: no command ran, nothing written under its root
+        assert server.calls() == [], host
+        assert not (server.root / "var/lib/mlsetup").exists()
+        assert not (server.root / "etc/mlsetup").exists()
+        assert not (server.base / "wheelhouse").exists()
+        assert not server.venv.exists()
+    assert not (fleet.controller / "reports").exists()
+
+
+def test_first_play_sets_up_reboots_once_and_fails_only_the_broken_host(fleet: Fleet):
+    run = fleet.first()
+    assert run.returncode == 2, shown(run)  # 2: a host failed
+    counts = recap(run)
+    for host in ("gpu1", "gpu2"):
+        assert counts[host]["failed"] == 0 and counts[host]["unreachable"] == 0, shown(run)
+        assert counts[host]["changed"] > 0
+        report = fleet.report(host)
+        assert report["schema"] == "mlsetup.report/1"
+        assert report["result"] == "done" and report["code"] == 0 and report["failure"] is None
+        assert report["changed"] is True
+        venv_python = fleet.servers[host].venv / "bin/python"
+        subprocess.run([str(venv_python), "-c", "import tinyext, torch"], check=True)
+    for host, server in fleet.servers.items():
+        assert boots(server) == 1, host  # the driver's reboot, once, by the role
+
+    # gpu3: rebooted, then its toolkit install failed; the play says why, and what next
+    assert counts["gpu3"]["failed"] == 1, shown(run)
+    failure = fleet.report("gpu3")["failure"]
+    assert fleet.report("gpu3")["result"] == "failed"
+    assert failure["action"] == "toolkit.install-13.0" and failure["diagnosis"] == "apt-broken"
+    out = run.stdout
+    assert "mlsetup failed on gpu3 in step toolkit, action toolkit.install-13.0 (exit 100)" in out
+    for line in (failure["what"], failure["why"], failure["next"], failure["log"], APT_BROKEN):
+        assert line in out, line
+    assert "diagnosis: apt-broken" in out
+
+
+def test_one_build_for_the_fleet(fleet: Fleet):
+    """gpu1 builds tinyext and publishes the wheel; the role brings it to the controller and
+    to gpu2, which installs it instead of compiling (the engine's wheelhouse contract)."""
+    fleet.first()
+    wheels = sorted((fleet.controller / "wheelhouse").glob("*/tinyext-0.1.0-*.whl"))
+    assert len(wheels) == 1, list((fleet.controller / "wheelhouse").rglob("*"))
+    assert (
+        fleet.servers["gpu2"].base / "wheelhouse" / wheels[0].parent.name / wheels[0].name
+    ).exists()
+    assert "extensions.tinyext.build" in fleet.report("gpu1")["ran"]
+    ran = fleet.report("gpu2")["ran"]
+    assert "extensions.tinyext.install-wheel" in ran and "extensions.tinyext.build" not in ran, ran
+
+
+def test_second_play_changes_nothing(fleet: Fleet):
+    run = fleet.second()
+    counts = recap(run)
+    assert set(counts) == set(HOSTS), shown(run)
+    for host in HOSTS:
+        assert counts[host]["changed"] == 0, (host, shown(run))
+        assert boots(fleet.servers[host]) == 1, host
+        assert fleet.report(host)["changed"] is False
+    assert counts["gpu1"]["failed"] == counts["gpu2"]["failed"] == 0
+    assert fleet.report("gpu1")["ran"] == [] and fleet.report("gpu1")["result"] == "done"
+    # gpu3 is still broken: failed again, with the same diagnosis, and nothing changed
+    assert counts["gpu3"]["failed"] == 1
+    assert fleet.report("gpu3")["failure"]["diagnosis"] == "apt-broken"
