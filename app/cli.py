@@ -149,7 +149,10 @@ def run(argv: list[str]) -> int:
         from app.apply import attach
 
         return attach(RootFS(args.root))
-    # plan, and the wizard's plain fallback until it has its screens
+    if args.command is None:
+        from app.tui import wizard
+
+        return wizard(args)
     answers = load_answers(args.answers)
     facts = _facts(args)
     plan = _plan(args, facts, answers)

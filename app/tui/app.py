@@ -1,0 +1,337 @@
+"""The wizard: `sudo mlsetup`. A thin view over the engine, which runs on its own.
+
+A real apply is started detached (`steps.service.start_detached`) and followed through its
+event stream in a thread worker, so quitting the wizard or losing the SSH session never stops
+the work; a dry run runs the engine in a thread worker with the app as its sink. Either way
+each engine event reaches the app as an `EngineFeed.Event` message, output lines as
+`EngineFeed.Lines` batches.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+from textual.worker import get_current_worker
+
+from app.tui.feed import EngineFeed, engine_log_tail, follow_run
+from app.tui.glyphs import Glyphs, plain_terminal
+from app.tui.runmodel import RunModel
+from app.tui.session import Opening, Session
+from steps import events as ev
+from steps.engine import ApplyRequest, Engine
+from steps.errors import MlsetupError
+from steps.knowledge import ASSETS_DIR
+from steps.paths import Paths
+from steps.plan import Action
+from steps.state import State
+
+FLUSH_INTERVAL = 1 / 20  # seconds between two batches of output lines
+NEXT = {
+    "machine": "driver",
+    "driver": "toolkit",
+    "toolkit": "venv",
+    "venv": "extensions",
+    "extensions": "review",
+}
+
+
+class WizardApp(App[int]):
+    TITLE = "mlsetup"
+    CSS_PATH = str(ASSETS_DIR / "mlsetup.tcss")
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [  # noqa: RUF012
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("f1", "help", "Help", show=False),
+        Binding("ctrl+s", "save_answers", "Save answers", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    class AnswerChanged(Message):
+        def __init__(self, key: str, raw: str) -> None:
+            super().__init__()
+            self.key = key
+            self.raw = raw
+
+    class AnswerRefused(Message):
+        def __init__(self, key: str, raw: str, why: str) -> None:
+            super().__init__()
+            self.key = key
+            self.raw = raw
+            self.why = why
+
+    class AnswersSaved(Message):
+        def __init__(self, path: Path) -> None:
+            super().__init__()
+            self.path = path
+
+    class EngineStarted(Message):
+        """The engine was asked to run: a dry run in-process, or a detached apply/resume."""
+
+        def __init__(self, how: str, args: list[str], ticket: str | None) -> None:
+            super().__init__()
+            self.how = how  # dry-run | apply | resume | attach
+            self.args = args
+            self.ticket = ticket
+
+    class RebootAnswered(Message):
+        def __init__(self, reboot: bool, exit_code: int | None = None) -> None:
+            super().__init__()
+            self.reboot = reboot
+            self.exit_code = exit_code
+
+    def __init__(
+        self,
+        session: Session,
+        opening: Opening | None = None,
+        state: State | None = None,
+        plain: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        if opening is None:
+            opening, state = session.opening()
+        self.opening, self.state = opening, state
+        self.glyphs = Glyphs(plain_terminal() if plain is None else plain)
+        self.model = RunModel(dry_run=session.dry_run)
+        self.feed = EngineFeed(self.post_message)
+        self.run_screen = None
+        self.engine_how: str | None = None
+        self.reboot_asked = False
+        if self.glyphs.plain:
+            self.ansi_color = True
+
+    def mode_label(self) -> str:
+        s = self.session
+        if s.dry_run:
+            return "DRY RUN"
+        return "" if s.is_root else "not root: plan only"
+
+    def on_mount(self) -> None:
+        if self.glyphs.plain:
+            self.screen.add_class("-plain")
+        self.set_interval(FLUSH_INTERVAL, self.feed.flush)
+        from app.tui.screens.machine import MachineScreen
+        from app.tui.screens.resume import ResumeScreen
+
+        if self.opening == "attach":
+            self.attach()
+        elif self.opening == "resume" and self.state is not None:
+            self.push_screen(ResumeScreen(self.state))
+        else:
+            self.push_screen(MachineScreen())
+
+    def on_screen_resume(self) -> None:
+        if self.glyphs.plain:
+            self.screen.add_class("-plain")
+
+    # -- navigation ---------------------------------------------------------------------------
+
+    def next_from(self, where: str) -> None:
+        from app.tui.screens.review import ReviewScreen
+        from app.tui.screens.step import StepScreen
+
+        target = NEXT[where]
+        self.push_screen(ReviewScreen() if target == "review" else StepScreen(target))
+
+    def show_summary(self) -> None:
+        from app.tui.screens.summary import SummaryScreen
+
+        self.push_screen(SummaryScreen())
+
+    def _show_run(self, attached: bool = False) -> None:
+        from app.tui.screens.run import RunScreen
+
+        self.run_screen = RunScreen(attached=attached)
+        self.push_screen(self.run_screen)
+
+    def action_help(self) -> None:
+        from app.tui.screens.modals import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_save_answers(self) -> None:
+        from app.tui.screens.modals import SaveScreen
+        from app.tui.screens.summary import SummaryScreen
+
+        if isinstance(self.screen, SummaryScreen):
+            self.screen.action_save()
+            return
+
+        def saved(raw: str | None) -> None:
+            if raw is None:
+                return
+            from app.tui.controllers import SummaryController
+
+            path, text = SummaryController(self.session, self.model).save(raw)
+            self.notify(text, severity="information" if path else "error", timeout=8)
+            if path is not None:
+                self.post_message(self.AnswersSaved(path))
+
+        self.push_screen(SaveScreen(), saved)
+
+    # -- starting the engine ------------------------------------------------------------------
+
+    def start_run(self) -> None:
+        """Review → Run: the dry run in-process, or the real apply detached."""
+        self.model = RunModel(dry_run=self.session.dry_run)
+        self._show_run()
+        if self.session.dry_run:
+            self.engine_how = "dry-run"
+            self.post_message(self.EngineStarted("dry-run", [], None))
+            self.dry_run()
+            return
+        path = self.session.write_apply_answers()
+        self._detached("apply", ["--root", str(self.session.fs.root), "--answers", str(path)])
+
+    def start_resume(self) -> None:
+        self.model = RunModel()
+        self._show_run()
+        self._detached("resume", ["--root", str(self.session.fs.root), "--resume"])
+
+    def attach(self) -> None:
+        self.model = RunModel()
+        self._show_run(attached=True)
+        self.engine_how = "attach"
+        self.post_message(self.EngineStarted("attach", [], None))
+        self.follow(None)
+
+    def _detached(self, how: str, args: list[str]) -> None:
+        from steps.service import start_detached
+
+        self.engine_how = how
+        ticket = start_detached(self.session.fs, args)
+        self.post_message(self.EngineStarted(how, args, ticket))
+        self.follow(ticket)
+
+    @work(thread=True, exclusive=True, group="engine")
+    def dry_run(self) -> int | None:
+        s = self.session
+        request = ApplyRequest(
+            answers=s.answers,
+            answers_toml=s.answers.to_toml(),
+            answers_path=None,
+            dry_run=True,
+            facts_file=s.facts_file,
+        )
+        try:
+            return Engine(s.fs, request, self.feed).run()
+        except MlsetupError as exc:
+            self.feed.lost(str(exc))
+            return None
+
+    @work(thread=True, exclusive=True, group="engine")
+    def follow(self, ticket: str | None) -> None:
+        worker = get_current_worker()
+        finished = False
+        for event in follow_run(self.session.fs, ticket, lambda: worker.is_cancelled):
+            self.feed(event)
+            finished = finished or isinstance(event, ev.Finished)
+        if finished or worker.is_cancelled:
+            return
+        tail = engine_log_tail(self.session.fs)
+        self.feed.lost(
+            "no events from the engine (it did not start, or it was killed); "
+            "continue with: sudo mlsetup apply --resume"
+            + (f"\nits last output:\n{tail}" if tail else "")
+        )
+
+    # -- engine messages ----------------------------------------------------------------------
+
+    @on(EngineFeed.Event)
+    def _engine_event(self, message: EngineFeed.Event) -> None:
+        event = message.event
+        self.model.handle(event)
+        if self.run_screen is not None and self.run_screen.is_mounted:
+            self.run_screen.on_engine(event)
+        if isinstance(event, ev.Finished):
+            self._finished(event)
+
+    @on(EngineFeed.Lines)
+    def _engine_lines(self, message: EngineFeed.Lines) -> None:
+        self.model.lines(message.action, message.lines)
+        if self.run_screen is not None and self.run_screen.is_mounted:
+            self.run_screen.on_lines(message)
+
+    @on(EngineFeed.Lost)
+    def _engine_lost(self, message: EngineFeed.Lost) -> None:
+        self.model.lost = message.why
+        if self.run_screen is not None and self.run_screen.is_mounted:
+            self.run_screen.on_lost()
+
+    def _finished(self, event: ev.Finished) -> None:
+        reboot = self.model.reboot
+        if event.code != 10 or reboot is None or self.model.dry_run:
+            return
+        if reboot.policy == "ask" and not self.reboot_asked:
+            self.reboot_asked = True
+            from app.tui.screens.modals import RebootScreen
+
+            self.push_screen(
+                RebootScreen(
+                    f"The NVIDIA driver is installed ({reboot.action}); it loads after a reboot."
+                ),
+                self._reboot_answer,
+            )
+
+    def _reboot_answer(self, yes: bool | None) -> None:
+        if not yes:
+            self.post_message(self.RebootAnswered(False))
+            self.notify(
+                "Not rebooting. When you are ready: sudo reboot, then: sudo mlsetup",
+                timeout=15,
+            )
+            if self.run_screen is not None:
+                self.run_screen.query_one("#status").update(
+                    "paused for a reboot · next: sudo reboot, then: sudo mlsetup"
+                )
+            return
+        self.reboot_now()
+
+    @work(thread=True, exclusive=True, group="reboot")
+    def reboot_now(self) -> None:
+        """`reboot`, through the one runner every command goes through (logged like one)."""
+        from steps.runner import Runner, RunnerError
+
+        s = self.session
+        log = Paths(s.fs).action_log(self.model.run_id or "wizard", "reboot")
+        action = Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"])
+        try:
+            result = Runner(s.fs, lambda _e: None).run(action, log)
+            code: int | None = result.exit_code
+        except RunnerError as exc:
+            self.call_from_thread(self.notify, f"reboot: {exc}", severity="error")
+            code = None
+        self.post_message(self.RebootAnswered(True, code))
+        self.call_from_thread(
+            self.notify,
+            "Rebooting. Log in again and run: sudo mlsetup (it opens on the Resume screen).",
+            timeout=30,
+        )
+
+    def action_quit(self) -> None:  # type: ignore[override]
+        code = self.model.finished.code if self.model.finished else 0
+        if self.engine_how in ("apply", "resume", "attach") and not self.model.done:
+            self.exit(
+                0,
+                message="mlsetup: the setup keeps running in the background; "
+                "follow it again with: sudo mlsetup",
+            )
+            return
+        self.exit(code)
+
+
+def run_wizard(session: Session) -> int:
+    app = WizardApp(session)
+    code = app.run()
+    if app.return_code not in (None, 0) and code is None:
+        return app.return_code or 1
+    if code is None:
+        code = 0
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,128 @@
+"""Engine events into the app, from whichever thread reads them.
+
+The engine (a dry run in a thread, or the detached apply whose event stream a thread
+follows) calls `EngineFeed` as its sink. Every event except `Output` is posted to the app at
+once as an `EngineFeed.Event` message, in order. Output lines are only appended to a bounded
+buffer; the app drains it on a timer (`flush`), so a compiler printing thousands of lines a
+second costs one message per tick, and when the screen cannot keep up the oldest lines are
+dropped from the pane (never from the log file on disk).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from textual.message import Message
+
+from steps import events as ev
+from steps.engine import ApplyLock
+from steps.paths import Paths
+from steps.rootfs import RootFS
+
+PENDING_LINES = 4000  # lines held between two flushes; more than a pane shows
+START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
+
+
+class EngineFeed:
+    class Event(Message):
+        """One engine event (anything but output lines)."""
+
+        def __init__(self, event: ev.Event) -> None:
+            super().__init__()
+            self.event = event
+
+    class Lines(Message):
+        """Output lines of one action, in order; `dropped` lines were skipped to keep up."""
+
+        def __init__(self, action: str, lines: list[str], dropped: int = 0) -> None:
+            super().__init__()
+            self.action = action
+            self.lines = lines
+            self.dropped = dropped
+
+    class Lost(Message):
+        """The stream ended without a Finished event: the engine died, or never started."""
+
+        def __init__(self, why: str) -> None:
+            super().__init__()
+            self.why = why
+
+    def __init__(self, post: Callable[[Message], object], pending: int = PENDING_LINES) -> None:
+        self._post = post
+        self._lock = threading.Lock()
+        self._action = ""
+        self._lines: deque[str] = deque(maxlen=pending)
+        self._count = 0  # lines appended since the last flush (dropped = count - kept)
+
+    def __call__(self, event: ev.Event) -> None:
+        with self._lock:
+            if isinstance(event, ev.Output):
+                if event.action != self._action:
+                    self._flush_locked()
+                    self._action = event.action
+                self._lines.append(event.line)
+                self._count += 1
+                return
+            self._flush_locked()
+            self._post(EngineFeed.Event(event))
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def lost(self, why: str) -> None:
+        with self._lock:
+            self._flush_locked()
+            self._post(EngineFeed.Lost(why))
+
+    def _flush_locked(self) -> None:
+        if self._lines:
+            lines = list(self._lines)
+            self._post(EngineFeed.Lines(self._action, lines, self._count - len(lines)))
+            self._lines.clear()
+        self._count = 0
+
+
+def current_stream(fs: RootFS) -> Path:
+    return Paths(fs).log_dir / "current" / "events.jsonl"
+
+
+def follow_run(
+    fs: RootFS, ticket: str | None, cancelled: Callable[[], bool], poll: float = 0.05
+) -> Iterator[ev.Event]:
+    """The events of the run carrying `ticket` (None: the current run, from its start)
+    until its Finished event; ends early if the engine is gone or `cancelled()`."""
+    import time
+
+    paths = Paths(fs)
+    lock = ApplyLock(paths.lock)
+    started = time.monotonic()
+    seen = ticket is None
+
+    def stop() -> bool:
+        if cancelled():
+            return True
+        if not seen:
+            return time.monotonic() - started > START_TIMEOUT
+        return lock.holder() is None
+
+    for event in ev.follow(current_stream(fs), stop=stop, poll=poll):
+        if isinstance(event, ev.RunStarted) and ticket is not None:
+            seen = seen or event.ticket == ticket
+        if not seen:
+            continue
+        yield event
+        if isinstance(event, ev.Finished):
+            return
+
+
+def engine_log_tail(fs: RootFS, lines: int = 12) -> str:
+    log = Paths(fs).log_dir / "engine.log"
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join(tail)

@@ -1,0 +1,57 @@
+"""Marks the wizard draws, with ASCII stand-ins for consoles that lack the glyphs (TERM=linux)."""
+
+from __future__ import annotations
+
+import os
+
+PLAIN_TERMS = ("linux", "vt100", "vt102", "vt220", "dumb", "ansi")
+
+
+def plain_terminal(environ: dict[str, str] | None = None) -> bool:
+    """A console with few glyphs and 8 colours: the Linux VT, serial consoles."""
+    env = os.environ if environ is None else environ
+    if env.get("MLSETUP_ASCII"):
+        return True
+    return env.get("TERM", "") in PLAIN_TERMS
+
+
+class Glyphs:
+    def __init__(self, plain: bool) -> None:
+        self.plain = plain
+        fancy = {
+            "pending": "·",
+            "running": "▶",
+            "done": "✓",
+            "already-done": "✓",
+            "satisfied": "✓",
+            "dry-run": "○",
+            "failed": "✗",
+            "reboot": "⟳",
+            "sep": "\u203a",
+            "arrow": "→",
+            "bar": "█",
+            "bar_empty": "░",
+            "warn": "!",
+        }
+        ascii_ = {
+            "pending": ".",
+            "running": ">",
+            "done": "+",
+            "already-done": "+",
+            "satisfied": "+",
+            "dry-run": "o",
+            "failed": "x",
+            "reboot": "R",
+            "sep": ">",
+            "arrow": "->",
+            "bar": "#",
+            "bar_empty": "-",
+            "warn": "!",
+        }
+        self._map = ascii_ if plain else fancy
+
+    def __getitem__(self, name: str) -> str:
+        return self._map.get(name, "?")
+
+    def status(self, status: str) -> str:
+        return self[status]

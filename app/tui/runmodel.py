@@ -1,0 +1,190 @@
+"""What a run looks like so far, folded from engine events (no Textual here).
+
+The Run screen renders this; the Summary and Resume screens read it. Each action keeps only
+its last lines in memory (`KEEP_LINES`): the whole output is in the action's log file.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.console import ConsolePrinter
+from steps import events as ev
+
+KEEP_LINES = 2000
+OVERVIEW = "run"  # the pseudo-action whose lines tell the whole run, as `mlsetup apply` prints
+SPARK_SAMPLES = 180  # the sparkline's minutes at one sample a second
+THROTTLE_LINES = 20
+
+
+@dataclass
+class ActionView:
+    id: str
+    step: str
+    title: str
+    command: str = ""
+    log: str = ""
+    status: str = "pending"  # pending | running | done | failed | already-done | dry-run
+    started: float | None = None
+    elapsed: float | None = None
+    exit_code: int | None = None
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=KEEP_LINES))
+    total_lines: int = 0
+
+
+@dataclass
+class MemoryView:
+    sample: ev.MemorySample | None = None
+    history: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_SAMPLES))
+    throttles: deque[str] = field(default_factory=lambda: deque(maxlen=THROTTLE_LINES))
+    progress: ev.BuildProgress | None = None
+    first_progress: ev.BuildProgress | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.sample is not None or self.progress is not None
+
+    def eta_seconds(self) -> float | None:
+        first, last = self.first_progress, self.progress
+        if first is None or last is None or last.done <= first.done or last.t <= first.t:
+            return None
+        rate = (last.done - first.done) / (last.t - first.t)
+        return (last.total - last.done) / rate
+
+
+@dataclass
+class RunModel:
+    dry_run: bool = False
+    run_id: str | None = None
+    resumed: bool = False
+    plan: dict[str, Any] | None = None
+    steps: dict[str, str] = field(default_factory=dict)  # step -> pending|running|done|...
+    actions: dict[str, ActionView] = field(default_factory=dict)
+    current: str | None = None
+    notices: list[str] = field(default_factory=list)
+    failed: ev.Failed | None = None
+    reboot: ev.RebootNeeded | None = None
+    finished: ev.Finished | None = None
+    lost: str | None = None
+    memory: MemoryView = field(default_factory=MemoryView)
+    t0: float | None = None
+    overview: ActionView = field(
+        default_factory=lambda: ActionView(OVERVIEW, "", "The whole run", status="running")
+    )
+    _printer: ConsolePrinter | None = None
+    _out: io.StringIO = field(default_factory=io.StringIO)
+
+    def handle(self, event: ev.Event) -> None:
+        if self.t0 is None:
+            self.t0 = event.t
+        if not isinstance(event, (ev.Output, ev.MemorySample, ev.BuildProgress)):
+            self._print(event)
+        if isinstance(event, ev.RunStarted):
+            self.run_id, self.dry_run, self.resumed = event.run_id, event.dry_run, event.resumed
+            self.t0 = event.t
+        elif isinstance(event, ev.PlanMade):
+            if self.plan is None:
+                self._take_plan(event.plan)
+        elif isinstance(event, ev.StepSatisfied):
+            self.steps[event.step] = "satisfied"
+        elif isinstance(event, ev.StepStarted):
+            self.steps[event.step] = "running"
+        elif isinstance(event, ev.ActionStarted):
+            view = self.actions.get(event.action)
+            if view is None:
+                view = self.actions[event.action] = ActionView(event.action, event.step, "")
+            view.title, view.command, view.log = event.title, event.command, event.log
+            view.status, view.started = "running", event.t
+            self.current = event.action
+        elif isinstance(event, ev.ActionFinished):
+            view = self.actions.get(event.action) or ActionView(event.action, event.step, "")
+            self.actions[event.action] = view
+            view.status, view.elapsed, view.exit_code = event.status, event.elapsed, event.exit_code
+            if event.status == "failed":
+                self.steps[event.step] = "failed"
+            elif self._step_done(event.step):
+                self.steps[event.step] = "done"
+        elif isinstance(event, ev.Notice):
+            self.notices.append(event.text)
+        elif isinstance(event, ev.Waiting):
+            self.notices.append(event.reason)
+        elif isinstance(event, ev.Failed):
+            self.failed = event
+            self.steps[event.step] = "failed"
+        elif isinstance(event, ev.RebootNeeded):
+            self.reboot = event
+            self.notices.append(f"reboot needed after {event.action}: {event.next}")
+        elif isinstance(event, ev.Finished):
+            self.finished = event
+        elif isinstance(event, ev.MemorySample):
+            self.memory.sample = event
+            if event.total_bytes:
+                self.memory.history.append(100.0 * event.used_bytes / event.total_bytes)
+        elif isinstance(event, ev.Throttle):
+            self.memory.throttles.append(throttle_line(event, self.memory.sample))
+        elif isinstance(event, ev.BuildProgress):
+            if self.memory.first_progress is None:
+                self.memory.first_progress = event
+            self.memory.progress = event
+
+    def _print(self, event: ev.Event) -> None:
+        """The overview: each event as the plain console renderer prints it."""
+        if self._printer is None:
+            self._printer = ConsolePrinter(self._out)
+        self._printer(event)
+        text = self._out.getvalue()
+        if text:
+            self._out.seek(0)
+            self._out.truncate()
+            lines = text.splitlines()
+            self.overview.lines.extend(lines)
+            self.overview.total_lines += len(lines)
+        if isinstance(event, ev.Finished):
+            self.overview.status = "done" if event.code == 0 else "failed"
+
+    def view(self, action: str) -> ActionView | None:
+        return self.overview if action == OVERVIEW else self.actions.get(action)
+
+    def lines(self, action: str, lines: list[str]) -> ActionView:
+        view = self.actions.get(action)
+        if view is None:
+            view = self.actions[action] = ActionView(action, action.split(".")[0], action)
+        view.lines.extend(lines)
+        view.total_lines += len(lines)
+        return view
+
+    def _take_plan(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        for step in plan["steps"]:
+            self.steps[step["name"]] = "pending" if step["status"] == "pending" else "satisfied"
+            for action in step["actions"]:
+                self.actions.setdefault(
+                    action["id"], ActionView(action["id"], step["name"], action["title"])
+                )
+
+    def _step_done(self, step: str) -> bool:
+        return all(
+            a.status in ("done", "already-done", "dry-run")
+            for a in self.actions.values()
+            if a.step == step
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None or self.lost is not None
+
+    def elapsed(self, now: float | None = None) -> float:
+        return (now or time.time()) - (self.t0 or now or time.time())
+
+
+def throttle_line(event: ev.Throttle, sample: ev.MemorySample | None) -> str:
+    """'RAM 91% → jobs 12 → 8 (reason)', one line per governor decision."""
+    ram = ""
+    if sample is not None and sample.total_bytes:
+        ram = f"RAM {100 * sample.used_bytes / sample.total_bytes:.0f}% → "
+    reason = f" ({event.reason})" if event.reason else ""
+    return f"{ram}jobs {event.jobs_from} → {event.jobs_to}{reason}"

@@ -1,0 +1,1 @@
+"""The wizard's screens, one controller each (see app.tui.controllers)."""

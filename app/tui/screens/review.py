@@ -1,0 +1,69 @@
+"""Review: the whole plan, in order, before anything runs; then Apply (or the dry run)."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Static
+
+from app.tui.controllers import ReviewController
+from app.tui.screens.base import WizardScreen
+from app.tui.widgets.fields import Section
+from app.tui.widgets.plan import PlanView
+
+
+class ReviewScreen(WizardScreen):
+    TRAIL = "Review"
+    BINDINGS = [  # noqa: RUF012
+        Binding("enter", "next", "Run it"),
+        Binding("ctrl+s", "app.save_answers", "Save answers"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controller = ReviewController(self.wizard.session)
+
+    def heading(self) -> str:
+        plan = self.controller.plan()
+        n = len(plan.actions)
+        return f"The plan: {n} action(s) to run" if n else "The plan: nothing to do"
+
+    def body(self) -> ComposeResult:
+        plan = self.controller.plan()
+        g = self.wizard.glyphs
+        with VerticalScroll(id="body"):
+            if plan.warnings:
+                text = "\n".join(f"{g['warn']} {w}" for w in plan.warnings)
+                yield Section("Warnings", Static(text, markup=False), classes="warnings")
+            yield Section("Plan", PlanView(plan.steps, g, id="plan"))
+            why = self.controller.why_not()
+            if why:
+                yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
+        with Horizontal(id="buttons"):
+            label = "Start the dry run" if self.wizard.session.dry_run else "Apply"
+            yield Button(label, id="next", variant="primary", disabled=why is not None)
+            yield Button("Save answers", id="save")
+            yield Button("Back", id="back")
+            yield self.keys_hint()
+
+    def on_mount(self) -> None:
+        button = self.query_one("#next", Button)
+        (button if not button.disabled else self.query_one("#save", Button)).focus()
+
+    @on(Button.Pressed, "#next")
+    def action_next(self) -> None:
+        why = self.controller.why_not()
+        if why:
+            self.notify(why, severity="error", timeout=8)
+            return
+        self.wizard.start_run()
+
+    @on(Button.Pressed, "#save")
+    def _save(self) -> None:
+        self.wizard.action_save_answers()
+
+    @on(Button.Pressed, "#back")
+    def _back(self) -> None:
+        self.action_back()

@@ -1,0 +1,259 @@
+"""Run: each action as it runs, its live output, the memory gauge during a build, and a
+failure's diagnosis and next command above the log."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from app.tui.feed import EngineFeed
+from app.tui.runmodel import OVERVIEW, ActionView, RunModel
+from app.tui.screens.base import WizardScreen
+from app.tui.widgets.gauge import MemoryGauge, duration
+from app.tui.widgets.logpane import LogPane
+from steps import events as ev
+from steps.plan import STEP_ORDER
+
+
+class RunScreen(WizardScreen):
+    TRAIL = "Run"
+    BINDINGS = [  # noqa: RUF012
+        Binding("escape", "back", "Back", show=False),
+        Binding("enter", "next", "Summary"),
+        Binding("slash", "search", "Search"),
+        Binding("f", "full_screen", "Full log"),
+        Binding("left_square_bracket", "show(-1)", "Prev action"),
+        Binding("right_square_bracket", "show(1)", "Next action"),
+    ]
+
+    def __init__(self, attached: bool = False) -> None:
+        super().__init__()
+        self.attached = attached
+        self.showing: str | None = None  # the action in the pane
+        self.pinned = False  # the operator chose an action: do not follow the running one
+        self._overview_shown = 0  # overview lines already in the pane
+
+    @property
+    def model(self) -> RunModel:
+        return self.wizard.model
+
+    def heading(self) -> str:
+        if self.attached:
+            return "Attached to the running setup (it goes on if you quit)"
+        return "Running the plan" if not self.model.done else "The run has ended"
+
+    def body(self) -> ComposeResult:
+        with Horizontal(id="run-body"):
+            with Vertical(id="side"):
+                yield OptionList(id="actions")
+            with Vertical(id="main"):
+                yield Static("", id="steps-line")
+                yield Static("", id="failure")
+                yield LogPane(id="log")
+                yield MemoryGauge(self.wizard.glyphs, id="gauge")
+        yield Static("", id="status", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#gauge").display = False
+        self.query_one("#failure").display = False
+        self.redraw()
+        self.query_one("#log-view").focus()
+        self.set_interval(1.0, self._tick)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next":
+            return True if self.model.done else None
+        return True
+
+    # -- events from the app ------------------------------------------------------------------
+
+    def on_engine(self, event: ev.Event) -> None:
+        m = self.model
+        if isinstance(event, (ev.PlanMade, ev.ActionStarted, ev.ActionFinished)):
+            self._actions()
+        if isinstance(event, ev.ActionStarted) and not self.pinned:
+            self._show(m.actions[event.action])
+        elif isinstance(event, ev.Finished) and not self.pinned and m.failed is None:
+            self._show(m.overview)
+        elif self.showing == OVERVIEW:
+            self._more_overview()
+        if isinstance(event, ev.ActionFinished) and event.action == self.showing:
+            view = m.actions[event.action]
+            self.query_one(LogPane).set_title(self._title(view), view.log)
+        if isinstance(event, (ev.MemorySample, ev.Throttle, ev.BuildProgress)):
+            gauge = self.query_one(MemoryGauge)
+            gauge.display = True
+            gauge.update_from(m.memory)
+        if isinstance(event, ev.Failed):
+            self._failure()
+        if isinstance(event, (ev.Notice, ev.Waiting, ev.RebootNeeded)):
+            text = getattr(event, "text", None) or getattr(event, "reason", None)
+            if isinstance(event, ev.RebootNeeded):
+                text = f"{self.wizard.glyphs['reboot']} reboot needed: {event.next}"
+            self.query_one(LogPane).view.write_line(f"── {text}")
+        if isinstance(event, ev.Finished):
+            self.refresh_bindings()
+            self.query_one("#heading", Static).update(self._heading_text())
+        self._steps_line()
+        self._status()
+
+    def on_lines(self, message: EngineFeed.Lines) -> None:
+        if message.action == self.showing:
+            self.query_one(LogPane).append(message.lines, message.dropped)
+
+    def on_lost(self) -> None:
+        if not self.pinned:
+            self._show(self.model.overview)
+            self.query_one(LogPane).append([f"!! {self.model.lost}"])
+        self._status()
+        self.refresh_bindings()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        self._actions()
+        m = self.model
+        view = m.actions.get(m.current or "") if not m.done else None
+        self._show(view or m.overview)
+        if m.memory.active:
+            gauge = self.query_one(MemoryGauge)
+            gauge.display = True
+            gauge.update_from(m.memory)
+        self._failure()
+        self._steps_line()
+        self._status()
+
+    def _title(self, view: ActionView) -> str:
+        mark = self.wizard.glyphs.status(view.status)
+        if view.id == OVERVIEW:
+            return f"{view.title}: every step and action, as they happen"
+        return f"{mark} {view.title or view.id}\n$ {view.command}" if view.command else view.id
+
+    def _show(self, view: ActionView) -> None:
+        self.showing = view.id
+        log = "" if self.model.dry_run else view.log
+        self.query_one(LogPane).show(view.id, self._title(view), list(view.lines), log)
+        if view.id == OVERVIEW:
+            self._overview_shown = view.total_lines
+        options = self.query_one("#actions", OptionList)
+        ids = self._ids()
+        if view.id in ids:
+            options.highlighted = ids.index(view.id)
+
+    def _ids(self) -> list[str]:
+        return [OVERVIEW, *self.model.actions]
+
+    def _more_overview(self) -> None:
+        view = self.model.overview
+        new = view.total_lines - self._overview_shown
+        if new > 0:
+            self.query_one(LogPane).append(list(view.lines)[-new:])
+            self._overview_shown = view.total_lines
+
+    def _actions(self) -> None:
+        options = self.query_one("#actions", OptionList)
+        g = self.wizard.glyphs
+        highlighted = options.highlighted
+        options.clear_options()
+        options.add_options(
+            [Option(f"= {self.model.overview.title}", id=OVERVIEW)]
+            + [Option(f"{g.status(a.status)} {a.id}", id=a.id) for a in self.model.actions.values()]
+        )
+        if highlighted is not None and highlighted < options.option_count:
+            options.highlighted = highlighted
+
+    def _steps_line(self) -> None:
+        g = self.wizard.glyphs
+        parts = []
+        for name in STEP_ORDER:
+            status = self.model.steps.get(name, "pending")
+            mark = g.status(status if status != "running" else "running")
+            style = {
+                "done": "$success",
+                "satisfied": "$success",
+                "failed": "$error",
+                "running": "$accent",
+            }.get(status, "$text-muted")
+            parts.append(f"[{style}]{mark} {name}[/]")
+        self.query_one("#steps-line", Static).update("  ".join(parts))
+
+    def _failure(self) -> None:
+        f = self.model.failed
+        box = self.query_one("#failure", Static)
+        if f is None:
+            box.display = False
+            return
+        g = self.wizard.glyphs
+        lines = [
+            f"[b]{g['failed']} {escape(f.what)}[/]",
+            f"[b]why[/]  {escape(f.why)}",
+            f"[b]next[/] {escape(f.next)}",
+        ]
+        if f.log:
+            lines.append(f"[b]log[/]  {escape(f.log)}")
+        box.update("\n".join(lines))
+        box.display = True
+        if f.action and f.action in self.model.actions and not self.pinned:
+            self._show(self.model.actions[f.action])
+
+    def _status(self) -> None:
+        m = self.model
+        if m.lost:
+            text = f"The engine stopped: {m.lost}"
+        elif m.finished is not None:
+            f = m.finished
+            text = f"finished: {f.result} (exit {f.code}) · Enter: summary"
+        elif m.current:
+            view = m.actions.get(m.current)
+            ran = m.elapsed()
+            text = f"running {duration(ran)} · {view.title if view else m.current}"
+        else:
+            text = "starting…"
+        if m.dry_run:
+            text = "dry run: nothing is executed · " + text
+        self.query_one("#status", Static).update(text)
+
+    def _tick(self) -> None:
+        if not self.model.done:
+            self._status()
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    @on(OptionList.OptionSelected, "#actions")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        view = self.model.view(event.option.id or "")
+        if view is not None:
+            self.pinned = view.id != self.model.current
+            self._show(view)
+
+    def action_show(self, step: int) -> None:
+        ids = self._ids()
+        at = ids.index(self.showing) if self.showing in ids else 0
+        target = ids[max(0, min(len(ids) - 1, at + step))]
+        view = self.model.view(target)
+        if view is not None:
+            self.pinned = target != self.model.current
+            self._show(view)
+
+    def action_search(self) -> None:
+        self.query_one(LogPane).action_search()
+
+    def action_full_screen(self) -> None:
+        self.query_one(LogPane).action_full_screen()
+
+    @on(LogPane.FullScreen)
+    def _full(self) -> None:
+        self.toggle_class("-full")
+
+    def action_next(self) -> None:
+        if self.model.done:
+            self.wizard.show_summary()
+
+    def action_back(self) -> None:
+        if self.has_class("-full"):
+            self.remove_class("-full")

@@ -1,0 +1,138 @@
+"""Driver, Toolkit, Venv, Extensions: what is there, the choices, the exact commands."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Input, Label, Select, Static
+
+from app.tui.controllers import StepController
+from app.tui.screens.base import WizardScreen
+from app.tui.widgets.fields import ChoiceField, Section
+from app.tui.widgets.plan import PlanView
+
+
+class StepScreen(WizardScreen):
+    BINDINGS = [  # noqa: RUF012
+        Binding("enter", "next", "Continue"),
+        Binding("a", "add", "Add extension"),
+    ]
+
+    def __init__(self, step: str) -> None:
+        super().__init__(name=step)
+        self.controller = StepController(self.wizard.session, step)
+        self.TRAIL = step.capitalize() if step != "venv" else "Venv"
+
+    def heading(self) -> str:
+        step = self.controller.step()
+        mark = self.wizard.glyphs["satisfied"] if step.status == "satisfied" else ""
+        state = f"{mark} already satisfied: Enter skips it" if mark else "to do"
+        return f"{self.controller.title}: {state}"
+
+    def body(self) -> ComposeResult:
+        c = self.controller
+        with VerticalScroll(id="body"), Horizontal(id="columns"):
+            with Vertical(id="left"):
+                yield Section(
+                    "Already there", Static("\n".join(c.existing()), id="existing", markup=False)
+                )
+                with Section("Choices", id="choices"):
+                    for spec in c.fields():
+                        yield ChoiceField(spec, c.value(spec))
+                    if c.name == "extensions":
+                        yield from self._extension_controls()
+            with Vertical(id="right"):
+                yield Section(
+                    "Commands this step runs",
+                    PlanView([c.step()], self.wizard.glyphs, numbered=False, id="commands"),
+                )
+        with Horizontal(id="buttons"):
+            yield Button("Continue", id="next", variant="primary")
+            yield Button("Back", id="back")
+            yield self.keys_hint()
+
+    def _extension_controls(self) -> ComposeResult:
+        c = self.controller
+        for i, ext in enumerate(self.wizard.session.answers.extensions):
+            yield Button(f"Remove {ext.name}", id=f"remove-{i}", classes="small")
+        addable = c.addable()
+        if addable:
+            with Horizontal(id="add-row"):
+                yield Label("Add extension", classes="field-label")
+                yield Select(
+                    [(n, n) for n in addable],
+                    value=addable[0],
+                    allow_blank=False,
+                    compact=True,
+                    id="add-name",
+                )
+                yield Input("", placeholder="version, e.g. 2.8.3", compact=True, id="add-version")
+                yield Button("Add", id="add", classes="small")
+            yield Static("", id="add-error", classes="field-error", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#next", Button).focus()
+
+    async def refresh_plan(self) -> None:
+        c = self.controller
+        await self.query_one("#commands", PlanView).show([c.step()])
+        self.query_one("#existing", Static).update("\n".join(c.existing()))
+        self.query_one("#heading", Static).update(self._heading_text())
+
+    @on(ChoiceField.Changed)
+    async def _changed(self, event: ChoiceField.Changed) -> None:
+        why = self.controller.set(event.field.spec, event.raw)
+        if why:
+            event.field.refuse(why)
+            self.wizard.post_message(self.wizard.AnswerRefused(event.key, event.raw, why))
+        else:
+            event.field.accept(self.controller.value(event.field.spec))
+            self.wizard.post_message(self.wizard.AnswerChanged(event.key, event.raw))
+        await self.refresh_plan()
+
+    @property
+    def invalid(self) -> list[ChoiceField]:
+        return [f for f in self.query(ChoiceField) if f.has_class("-invalid")]
+
+    @on(Button.Pressed, "#next")
+    def action_next(self) -> None:
+        bad = self.invalid
+        if bad:
+            self.notify(
+                f"{bad[0].spec.key} is not valid yet: fix it or set it back", severity="error"
+            )
+            bad[0].query_one("Input, Select").focus()
+            return
+        self.wizard.next_from(self.controller.name)
+
+    @on(Button.Pressed, "#back")
+    def _back(self) -> None:
+        self.action_back()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.controller.name == "extensions" if action == "add" else True
+
+    def action_add(self) -> None:
+        if self.controller.name == "extensions" and self.query("#add-version"):
+            self.query_one("#add-name", Select).focus()
+
+    @on(Button.Pressed, "#add")
+    @on(Input.Submitted, "#add-version")
+    async def _add(self) -> None:
+        name = str(self.query_one("#add-name", Select).value)
+        version = self.query_one("#add-version", Input).value
+        why = self.controller.add(name, version)
+        if why:
+            self.query_one("#add-error", Static).update(why)
+            return
+        await self.recompose()
+        self.query_one("#next", Button).focus()
+
+    @on(Button.Pressed, "Button.small")
+    async def _remove(self, event: Button.Pressed) -> None:
+        if event.button.id and event.button.id.startswith("remove-"):
+            self.controller.remove(int(event.button.id.split("-")[1]))
+            await self.recompose()
+            self.query_one("#next", Button).focus()

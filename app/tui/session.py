@@ -1,0 +1,242 @@
+"""The wizard's model: the machine, the answers being edited, and what the engine was asked.
+
+Plain Python, no Textual: the screens read and change a `Session`; the engine is only ever
+driven through `steps` (the same answers model and planner as `mlsetup apply`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from steps.answers import Answers, load_answers
+from steps.choices import Choices, choose
+from steps.engine import ApplyLock
+from steps.errors import describe_validation_error
+from steps.facts import Facts, load_facts
+from steps.paths import STATE_DIR, Paths
+from steps.plan import Plan, make_plan
+from steps.rootfs import RootFS
+from steps.state import CorruptState, State, load_state, write_atomic
+from steps.venvstate import VenvState, probe_venv
+
+APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
+DEFAULT_SAVE = "./mlsetup-answers.toml"
+Opening = Literal["wizard", "attach", "resume"]
+
+
+def parse_value(raw: str, kind: str) -> Any:
+    """What a person typed into a field, as the answers model expects it."""
+    text = raw.strip()
+    if kind == "list":
+        if text == "auto":
+            return "auto"
+        return [w for w in text.replace(",", " ").split() if w]
+    if kind == "strlist":
+        return [w for w in text.replace(",", " ").split() if w]
+    if kind == "jobs":
+        return int(text) if text.isdigit() else text
+    return text
+
+
+def show_value(value: Any) -> str:
+    """An answers value as it is shown in a field (the inverse of `parse_value`)."""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def get_key(data: dict[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in _parts(key):
+        node = node[part]
+    return node
+
+
+def _parts(key: str) -> list[str | int]:
+    """'extensions[1].archs' -> ['extensions', 1, 'archs']."""
+    out: list[str | int] = []
+    for word in key.split("."):
+        name, _, rest = word.partition("[")
+        out.append(name)
+        if rest:
+            out.append(int(rest.rstrip("]")))
+    return out
+
+
+def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = _parts(key)
+    node: Any = data
+    for part in parts[:-1]:
+        node = node[part]
+    node[parts[-1]] = value
+
+
+@dataclass
+class Session:
+    fs: RootFS
+    facts: Facts
+    answers: Answers
+    dry_run: bool
+    facts_file: Path | None = None
+    answers_file: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    is_root: bool = field(default_factory=lambda: os.geteuid() == 0)
+
+    @classmethod
+    def load(
+        cls,
+        root: Path = Path("/"),
+        answers: Path | None = None,
+        facts: Path | None = None,
+        dry_run: bool = False,
+    ) -> Session:
+        fs = RootFS(root)
+        if facts is not None:
+            found, notes = load_facts(facts), []
+        else:
+            from steps.probe import probe
+
+            result = probe(fs)
+            found, notes = result.facts, result.notes
+        return cls(
+            fs=fs,
+            facts=found,
+            answers=load_answers(answers),
+            dry_run=dry_run,
+            facts_file=facts,
+            answers_file=answers,
+            notes=notes,
+        )
+
+    # -- what the engine would do -------------------------------------------------------------
+
+    def choices(self) -> Choices:
+        return choose(self.facts, self.answers)
+
+    def venv(self) -> VenvState | None:
+        if self.facts_file is not None:  # a recorded machine: its venv cannot be looked at
+            return None
+        return probe_venv(self.fs, self.choices().venv_path)
+
+    def plan(self) -> Plan:
+        return make_plan(self.facts, self.answers, self.venv())
+
+    @property
+    def machine_label(self) -> str:
+        if self.facts_file is not None:
+            return self.facts_file.name
+        return "this machine" if self.fs.is_host else f"the machine under {self.fs.root}"
+
+    # -- editing the answers ------------------------------------------------------------------
+
+    def value(self, key: str) -> Any:
+        return get_key(self.answers.model_dump(mode="json"), key)
+
+    def set_value(self, key: str, value: Any) -> str | None:
+        """Change one answer; the reason it is refused (key, value, what is allowed), or None."""
+        data = self.answers.model_dump(mode="json")
+        _set_key(data, key, value)
+        return self._replace(data)
+
+    def add_extension(self, name: str, version: str) -> str | None:
+        data = self.answers.model_dump(mode="json")
+        data["extensions"].append({"name": name, "version": version})
+        return self._replace(data)
+
+    def remove_extension(self, index: int) -> None:
+        data = self.answers.model_dump(mode="json")
+        del data["extensions"][index]
+        self._replace(data)
+
+    def _replace(self, data: dict[str, Any]) -> str | None:
+        try:
+            self.answers = Answers.model_validate(data)
+        except ValidationError as exc:
+            lines = describe_validation_error("", exc).splitlines()[1:]
+            return "\n".join(line.strip() for line in lines)
+        return None
+
+    # -- files --------------------------------------------------------------------------------
+
+    def save_answers(self, path: Path) -> Path:
+        """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere."""
+        path = path.expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.answers.to_toml())
+        return path
+
+    def write_apply_answers(self) -> Path:
+        """The answers the detached engine is started with: root-only, atomically written."""
+        path = self.fs.path(APPLY_ANSWERS)
+        write_atomic(path, self.answers.to_toml(), mode=0o600)
+        return path
+
+    def why_not_apply(self) -> str | None:
+        """Why this session cannot apply (None: it can)."""
+        if self.dry_run:
+            return None
+        if self.facts_file is not None:
+            return "--facts shows a recorded machine: it can only be dry-run (add --dry-run)"
+        if not self.is_root:
+            return (
+                "applying changes the system and needs root: quit (ctrl+q), save your answers "
+                "first if you changed any (ctrl+s), then run: sudo mlsetup"
+            )
+        return None
+
+    # -- what is going on already -------------------------------------------------------------
+
+    def apply_running(self) -> int | None:
+        try:
+            return ApplyLock(Paths(self.fs).lock).holder()
+        except OSError:  # not root: the lock is root-only
+            return None
+
+    def saved_state(self) -> State | None:
+        try:
+            return load_state(Paths(self.fs).state)
+        except CorruptState as exc:
+            self.notes.append(str(exc))
+            return None
+        except OSError:
+            return None
+
+    def report(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(Paths(self.fs).report.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def opening(self) -> tuple[Opening, State | None]:
+        """Which screen the wizard opens on: attached to a running apply, Resume, or Machine."""
+        if self.dry_run:
+            return "wizard", None
+        if self.apply_running() is not None:
+            return "attach", None
+        state = self.saved_state()
+        if state is not None and state.phase in ("reboot", "failed", "running"):
+            return "resume", state
+        return "wizard", None
+
+    def reprobe(self) -> Facts:
+        """The machine again (after a reboot): driver loaded, which version."""
+        if self.facts_file is None:
+            from steps.probe import probe
+
+            self.facts = probe(self.fs).facts
+        return self.facts
+
+
+def default_save_path() -> str:
+    return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
+
+
+def python_label() -> str:
+    return "{}.{}".format(*sys.version_info[:2])

@@ -1,0 +1,1 @@
+"""Widgets of the wizard: the log pane, the memory gauge, answer fields."""

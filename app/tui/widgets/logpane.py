@@ -1,0 +1,179 @@
+"""The live log pane: one action's output as it is produced, bounded, searchable.
+
+Lines arrive in batches (`append`), at most a screenful of work per tick however fast the
+compiler prints; the pane keeps its last `max_lines` (the whole output is in the action's log
+file, named in the pane's title). `/` searches (matches highlighted, `n`/`N` jump), `f` asks
+the screen to show the pane full-screen, `end` follows the output again.
+"""
+
+from __future__ import annotations
+
+from rich.highlighter import Highlighter
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, Log, Static
+
+MAX_LINES = 2000
+
+
+class SearchHighlighter(Highlighter):
+    def __init__(self) -> None:
+        self.term = ""
+
+    def highlight(self, text: Text) -> None:
+        if self.term:
+            text.highlight_words([self.term], style="reverse", case_sensitive=False)
+
+
+class LogView(Log):
+    """The scrolling text itself (Textual's line-based Log, with search highlights)."""
+
+    DEFAULT_CSS = "LogView { height: 1fr; }"
+
+    def __init__(self, max_lines: int, **kwargs) -> None:
+        super().__init__(max_lines=max_lines, highlight=True, **kwargs)
+        self.highlighter = SearchHighlighter()
+
+
+class LogPane(Vertical):
+    BINDINGS = [  # noqa: RUF012
+        Binding("slash", "search", "Search", show=False),
+        Binding("n", "next_match", "Next match", show=False),
+        Binding("N", "previous_match", "Previous match", show=False),
+        Binding("f", "full_screen", "Full log", show=False),
+        Binding("end", "follow", "Follow", show=False),
+    ]
+
+    class FullScreen(Message):
+        """The operator asked to see the log full-screen (or back)."""
+
+        def __init__(self, pane: LogPane) -> None:
+            super().__init__()
+            self.pane = pane
+
+    class Searched(Message):
+        def __init__(self, pane: LogPane, term: str, matches: int) -> None:
+            super().__init__()
+            self.pane = pane
+            self.term = term
+            self.matches = matches
+
+    def __init__(self, max_lines: int = MAX_LINES, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_lines = max_lines
+        self.action_id: str | None = None
+        self.dropped = 0
+        self._match = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="log-title", markup=False)
+        yield LogView(self.max_lines, id="log-view")
+        yield Input(placeholder="search the log, Enter to find, Esc to close", id="log-search")
+        yield Static("", id="log-status", markup=False)
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def show(self, action_id: str, title: str, lines: list[str], log: str = "") -> None:
+        """Switch the pane to an action: its title, log file and the lines kept of it."""
+        self.action_id = action_id
+        self.dropped = 0
+        self._match = -1
+        self.set_title(title, log)
+        view = self.view
+        view.clear()
+        view.write_lines(lines[-self.max_lines :])
+        view.scroll_end(animate=False, immediate=True)
+        self._status()
+
+    def set_title(self, title: str, log: str = "") -> None:
+        where = f"  (full log: {log})" if log else ""
+        self.query_one("#log-title", Static).update(f"{title}{where}")
+
+    def append(self, lines: list[str], dropped: int = 0) -> None:
+        self.dropped += dropped
+        if dropped:
+            note = f"… {dropped} line(s) skipped here to keep up; they are in the log file"
+            lines = [note, *lines]
+        self.view.write_lines(lines)
+        self._status()
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.view.lines)
+
+    def _status(self, extra: str = "") -> None:
+        count = self.view.line_count
+        term = self.view.highlighter.term
+        parts = [f"{count} line(s) shown"]
+        if term:
+            parts.append(f"search {term!r}: {len(self._matches(term))} match(es)")
+        if extra:
+            parts.append(extra)
+        self.query_one("#log-status", Static).update(" · ".join(parts))
+
+    # -- search -------------------------------------------------------------------------------
+
+    def _matches(self, term: str) -> list[int]:
+        low = term.lower()
+        return [i for i, line in enumerate(self.view.lines) if low in line.lower()]
+
+    def action_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.add_class("-open")
+        box.focus()
+
+    @on(Input.Submitted, "#log-search")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.search(event.value)
+        self.view.focus()
+
+    def on_key(self, event) -> None:
+        if event.key == "escape" and self.query_one("#log-search", Input).has_focus:
+            event.stop()
+            self.query_one("#log-search", Input).remove_class("-open")
+            self.view.focus()
+
+    def search(self, term: str) -> int:
+        self.view.highlighter.term = term
+        self._match = -1
+        matches = self._matches(term) if term else []
+        self.view.refresh()
+        if matches:
+            self._jump(matches, forward=True)
+        self._status()
+        self.post_message(LogPane.Searched(self, term, len(matches)))
+        return len(matches)
+
+    def _jump(self, matches: list[int], forward: bool) -> None:
+        if forward:
+            after = [m for m in matches if m > self._match]
+            self._match = after[0] if after else matches[0]
+        else:
+            before = [m for m in matches if m < self._match]
+            self._match = before[-1] if before else matches[-1]
+        self.view.auto_scroll = False
+        self.view.scroll_to(y=max(0, self._match - 2), animate=False, immediate=True)
+
+    def action_next_match(self) -> None:
+        term = self.view.highlighter.term
+        if term and (matches := self._matches(term)):
+            self._jump(matches, forward=True)
+
+    def action_previous_match(self) -> None:
+        term = self.view.highlighter.term
+        if term and (matches := self._matches(term)):
+            self._jump(matches, forward=False)
+
+    def action_follow(self) -> None:
+        self.view.auto_scroll = True
+        self.view.scroll_end(animate=False, immediate=True)
+
+    def action_full_screen(self) -> None:
+        self.post_message(LogPane.FullScreen(self))
