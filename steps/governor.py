@@ -18,9 +18,9 @@ then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many 
   the guard band, the newest running jobs are frozen (SIGSTOP, whole subtree) and thawed when
   memory recovers. The last running job is never frozen, and `stop()` thaws everything.
 
-The runner uses it like this (`steps/runner.py` passes each output line to `feed_line`):
+A build runs under it like this (`steps/engine.py` does it through the runner):
 
-    with Governor(sink, ceiling=16, reserve_bytes=reserve, peak_job_bytes=4.5 * GiB) as gov:
+    with Governor(sink, ceiling=16, reserve_bytes=reserve, peak_job_bytes=int(4.5 * GiB)) as gov:
         proc = subprocess.Popen(argv, env={**env, **gov.env()}, stdout=PIPE, text=True)
         gov.attach(proc.pid)
         for line in proc.stdout:
@@ -42,14 +42,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import psutil
 
 from steps.events import BuildProgress, Event, EventSink, MemorySample, Throttle
-
-if TYPE_CHECKING:
-    from steps.answers import BuildAnswers
 
 GiB = 2**30
 
@@ -199,8 +195,9 @@ class Governor:
         action: str = "build",
     ) -> None:
         """`ceiling`: jobs never exceeded (answers build.max_jobs; None = the logical CPUs).
-        `budget_bytes`: the most the build's process tree may hold (RSS); None = MemAvailable
-        now minus `reserve_bytes`. `reserve_bytes`: RAM the machine keeps whatever the budget.
+        `budget_bytes`: the most the build's process tree may hold (RSS; answers
+        build.memory_limit); None = MemAvailable now minus `reserve_bytes`.
+        `reserve_bytes`: RAM the machine keeps whatever the budget (build.memory_reserve).
         `peak_job_bytes`, `ramp_s`: first guesses at one job's peak RSS and at how long it takes
         to reach it (recipe.peak_job_gib; ~45 s measured for flash-attn), replaced by what the
         jobs of this build show."""
@@ -233,26 +230,6 @@ class Governor:
         self._emit_lock = threading.Lock()  # the sink: sampling thread vs feed_line's caller
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memory-governor", daemon=True)
-
-    @classmethod
-    def from_answers(
-        cls,
-        build: BuildAnswers,
-        peak_job_gib: float,
-        sink: EventSink | None = None,
-        action: str = "build",
-    ) -> Governor:
-        """The governor the answers ask for: max_jobs as the ceiling ("auto": the CPUs), the
-        reserve from memory_reserve, the budget from MemAvailable, the recipe's peak guess."""
-        ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
-        reserve = build.reserve_bytes(psutil.virtual_memory().total)
-        return cls(
-            sink,
-            ceiling=ceiling,
-            reserve_bytes=reserve,
-            peak_job_bytes=int(peak_job_gib * GiB),
-            action=action,
-        )
 
     # -- the runner's interface -------------------------------------------------------------
 
@@ -435,8 +412,6 @@ class Governor:
         if not running and waiting:
             # Never zero jobs: the oldest runs whatever memory says, or the build never ends.
             self._resume(waiting[0], now)
-            if self.allowed < 1:
-                self._decide_jobs(now, 1, "no job running → the oldest runs")
         elif headroom < self._guard / 2 and len(running) > 1:
             newest = max(running, key=lambda j: j.admitted or 0.0)
             self._signal(newest, signal.SIGSTOP)
