@@ -13,7 +13,7 @@ from pathlib import Path
 from steps.answers import Answers, load_answers
 from steps.errors import InputError, MlsetupError
 from steps.facts import Facts, load_facts
-from steps.plan import Plan, make_plan
+from steps.plan import Plan, make_plan, observe_and_plan
 from steps.rootfs import RootFS
 
 EXIT_INPUT = 2
@@ -106,22 +106,11 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _facts(args: argparse.Namespace) -> Facts:
-    if args.facts is not None:
-        return load_facts(args.facts)
-    from steps.probe import probe
-
-    return probe(RootFS(args.root)).facts
-
-
-def _plan(args: argparse.Namespace, facts: Facts, answers: Answers) -> Plan:
-    venv = None
-    if args.facts is None:  # this machine: look at what the venv already has
-        from steps.choices import choose
-        from steps.venvstate import probe_venv
-
-        venv = probe_venv(RootFS(args.root), choose(facts, answers).venv_path)
-    return make_plan(facts, answers, venv)
+def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
+    if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
+        facts = load_facts(args.facts)
+        return facts, make_plan(facts, answers)
+    return observe_and_plan(RootFS(args.root), answers)
 
 
 def run(argv: list[str]) -> int:
@@ -154,8 +143,7 @@ def run(argv: list[str]) -> int:
 
         return wizard(args)
     answers = load_answers(args.answers)
-    facts = _facts(args)
-    plan = _plan(args, facts, answers)
+    facts, plan = _plan(args, answers)
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())
     else:

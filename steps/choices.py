@@ -42,6 +42,12 @@ class BuildTarget:
     cuda_home: str
     max_jobs: int
 
+    @property
+    def arch_value(self) -> str:
+        """The arch variable's value ("90;120"), "" when the recipe compiles a fixed list."""
+        return self.recipe.arch_value(self.compute_capabilities) or "" if \
+            self.recipe.arch_variable else ""
+
 
 @dataclass(frozen=True)
 class Choices:

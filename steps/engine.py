@@ -13,12 +13,15 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from steps.answers import Answers
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
-from steps.choices import choose
+from steps.choices import BuildTarget, choose
 from steps.diagnose import Diagnosis, diagnose
 from steps.errors import AlreadyRunningError, NeedsRootError
 from steps.events import (
@@ -37,13 +40,15 @@ from steps.events import (
     StepStarted,
     Waiting,
 )
+from steps.extensions import target_key
 from steps.facts import Facts, load_facts
+from steps.governor import GiB, Governor
 from steps.knowledge import ASSETS_DIR
 from steps.paths import Paths
-from steps.plan import STEP_ORDER, Action, Plan, Step, make_plan
+from steps.plan import STEP_ORDER, Action, Plan, Step, make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
-from steps.runner import Runner, RunnerError
+from steps.runner import Account, Result, Runner, RunnerError, lookup_account
 from steps.state import (
     ActionRecord,
     CorruptState,
@@ -54,9 +59,11 @@ from steps.state import (
     save_state,
     write_atomic,
 )
-from steps.venvstate import VenvState, probe_venv
+from steps.venvstate import probe_venv
+from steps.wheels import BUILD_ROOT, build_dir, publish
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
+OOM_RETRIES = 2
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 RESUME_UNIT = "mlsetup-resume.service"
 REPORT_SCHEMA = "mlsetup.report/1"
@@ -166,16 +173,17 @@ class Engine:
         if self.state is not None and not self.req.dry_run:
             save_state(self.paths.state, self.state)
 
-    def _facts(self) -> tuple[Facts, VenvState | None]:
+    def _facts(self) -> Facts:
         if self.req.facts_file is not None:
-            return load_facts(self.req.facts_file), None
-        facts = probe(self.fs).facts
-        venv_path = choose(facts, self.req.answers).venv_path
-        return facts, probe_venv(self.fs, venv_path)
+            return load_facts(self.req.facts_file)
+        return probe(self.fs).facts
 
     def _plan(self) -> tuple[Facts, Plan]:
-        facts, venv = self._facts()
-        plan = make_plan(facts, self.req.answers, venv)
+        if self.req.facts_file is not None:
+            facts = self._facts()
+            plan = make_plan(facts, self.req.answers)
+        else:
+            facts, plan = observe_and_plan(self.fs, self.req.answers)
         if self.plan is None:
             self.emit(PlanMade(plan=json.loads(plan.to_json())))
             if self.state is not None:
@@ -197,7 +205,7 @@ class Engine:
         try:
             self._start()
             self._run_steps()
-            venv = choose(self._facts()[0], self.req.answers).venv_path
+            venv = choose(self._facts(), self.req.answers).venv_path
             return self._finish(
                 EXIT_OK,
                 "done",
@@ -268,6 +276,8 @@ class Engine:
             self.emit(
                 StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
             )
+            if name == "extensions" and not self.req.dry_run:
+                self._prepare_build_trees(facts)
             for action in step.actions:
                 if self.state is not None and self.state.done(action.id):
                     self.emit(
@@ -331,7 +341,10 @@ class Engine:
             self._save()
 
         try:
-            result = self.runner.run(action, log, on_start=started)
+            if action.id.endswith(".build"):
+                result = self._compile(action, log, started)
+            else:
+                result = self.runner.run(action, log, on_start=started)
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
             self._fail(step, action, None, log, what=str(exc), diagnosis=None)
@@ -359,6 +372,73 @@ class Engine:
             )
         self.outcome.changed = True
         self.outcome.ran.append(action.id)
+        if action.id.endswith(".build"):
+            self._publish(action)
+
+    # -- extensions ---------------------------------------------------------------------------
+
+    def _target(self, action: Action) -> BuildTarget:
+        name = action.id.split(".")[1]
+        choices = choose(self._facts(), self.req.answers)
+        return next(t for t in choices.build_targets if t.answer.name == name)
+
+    def _prepare_build_trees(self, facts: Facts) -> None:
+        """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles."""
+        choices = choose(facts, self.req.answers)
+        owner = lookup_account(self.fs, choices.owner.run_as) if choices.owner.run_as else None
+        root = self.fs.path(BUILD_ROOT)
+        root.mkdir(parents=True, exist_ok=True)
+        for directory in (root.parent, root):
+            directory.chmod(0o755)  # traversable: each tree below is private to its owner
+        for target in choices.build_targets:
+            tree = self.fs.path(build_dir(target.answer.name, target.answer.version))
+            tree.mkdir(exist_ok=True, mode=0o700)
+            if owner:
+                os.chown(tree, owner.uid, owner.gid)
+
+    def _compile(self, action: Action, log: Path, started: Callable[[int], None]) -> Result:
+        """Run a build under the memory governor; if a job still dies of memory, retry with
+        half the jobs it reached (the build tree keeps every object already compiled)."""
+        target = self._target(action)
+        build = self.req.answers.build
+        ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
+        owner = lookup_account(self.fs, action.user) if action.user else None
+        for attempt in range(1, OOM_RETRIES + 2):
+            governor = Governor(
+                self.emit, ceiling=ceiling, budget_bytes=build.limit_bytes(),
+                reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
+                peak_job_bytes=int(target.recipe.peak_job_gib * GiB), action=action.id,
+            )
+            if owner:
+                _share_jobserver(governor, owner)
+            with governor:
+                result = self.runner.run(
+                    action, log, extra_env=governor.env(), on_line=governor.feed_line,
+                    on_start=lambda pid, g=governor: (started(pid), g.attach(pid)))
+            summary = governor.summary()
+            diagnosis = diagnose(result.tail, result.exit_code, str(log))
+            if result.exit_code == 0 or diagnosis is None or diagnosis.id != "out-of-memory" \
+                    or attempt > OOM_RETRIES:
+                return result
+            ceiling = max(1, summary.peak_jobs // 2)
+            self.emit(Notice(text=f"{action.id}: a compile job ran out of memory with "
+                                  f"{summary.peak_jobs} jobs; retrying with at most {ceiling} "
+                                  "(objects already compiled are kept)"))
+        raise AssertionError("unreachable")
+
+    def _publish(self, action: Action) -> None:
+        """Keep the wheel just built in the machine's cache and the fleet's wheelhouse."""
+        target = self._target(action)
+        choices = choose(self._facts(), self.req.answers)
+        key = target_key(target, probe_venv(self.fs, choices.venv_path))
+        if key is None:
+            return
+        built = self.fs.path(f"{build_dir(target.answer.name, target.answer.version)}/wheels")
+        copies = publish(self.fs, built, key, target.recipe.package, target.answer.version,
+                         self.req.answers.build.wheelhouse)
+        if copies:
+            self.emit(Notice(text=f"kept the {target.answer.name} wheel for reuse: "
+                                  + ", ".join(str(c.parent) for c in copies)))
 
     def _wait_for_interrupted(self, action: Action) -> None:
         """A previous engine died while this action ran: let its process finish first."""
@@ -511,7 +591,7 @@ class Engine:
         """Resuming after a reboot: did the machine really reboot, and is the driver loaded?"""
         assert self.state is not None and self.state.reboot is not None
         record = self.state.reboot
-        facts, _ = self._facts()
+        facts = self._facts()
         if record.boot_id and facts.boot_id == record.boot_id:
             self.emit(
                 RebootNeeded(
@@ -539,7 +619,7 @@ class Engine:
         )
         log = self.paths.action_log(self.state.run_id, action.id)
         result = self.runner.run(action, log)
-        again, _ = self._facts()
+        again = self._facts()
         if result.exit_code == 0 and _driver_ok(again, branch):
             return
         found = (
@@ -659,6 +739,13 @@ class Engine:
             "time": time.time(),
         }
         write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
+
+
+def _share_jobserver(governor: Governor, owner: Account) -> None:
+    """The compile runs as the venv's owner: its ninja must open the governor's FIFO."""
+    fifo = Path(governor.env()["MAKEFLAGS"].split("fifo:", 1)[1])
+    for path in (fifo.parent, fifo):
+        os.chown(path, owner.uid, owner.gid)
 
 
 def _driver_ok(facts: Facts, branch: int) -> bool:

@@ -1,17 +1,46 @@
-"""Wizard step 4: CUDA extensions (flash-attn and friends) built against the venv's torch."""
+"""Wizard step 4: CUDA extensions (flash-attn and friends) built against the venv's torch.
+
+An extension is installed from a wheel already built for exactly this torch, Python and set of
+GPUs (the machine's cache or the fleet's wheelhouse) when there is one. Otherwise its source is
+unpacked into a persistent build tree, compiled into a wheel there (`pip wheel`, without build
+isolation so the build sees the venv's torch), published to the cache, and installed; a build
+that is retried, or resumed after a kill, finds its compiled objects where it left them.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from steps.answers import Answers
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
 from steps.plan import Action, Step, pending, satisfied
 from steps.venvstate import VenvState
+from steps.wheels import build_dir, wheel_key
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ARCHIVES = (".tar.gz", ".tgz", ".zip", ".tar.bz2")
+
+# Unpack the one source archive in argv[1] (a file, or a directory holding it) into argv[2],
+# unless a source tree is already there: a resumed or retried build keeps its compiled objects.
+UNPACK = """\
+import pathlib, shutil, sys, tempfile
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+if not any((dst / n).exists() for n in ("setup.py", "pyproject.toml")):
+    archive = src if src.is_file() else next(p for p in sorted(src.iterdir()) if p.is_file())
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=dst.parent))
+    shutil.unpack_archive(str(archive), str(tmp))
+    (top,) = tmp.iterdir()
+    shutil.rmtree(dst, ignore_errors=True)
+    top.rename(dst)
+    tmp.rmdir()
+print("source tree:", dst)
+"""
 
 
 def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
+    """Everything the compile needs. At run time the engine's memory governor replaces MAX_JOBS
+    (here: the static ceiling) with its jobserver."""
     recipe = target.recipe
     env = {
         "CUDA_HOME": target.cuda_home,
@@ -21,54 +50,102 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
         recipe.threads_variable: str(recipe.threads),
     }
     if recipe.arch_variable:
-        env[recipe.arch_variable] = recipe.arch_value(target.compute_capabilities) or ""
+        env[recipe.arch_variable] = target.arch_value
     if target.answer.source == "build":
         env[recipe.force_build_variable] = "TRUE"
     return env
 
 
-def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Step:
+def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
+    """The wheel cache key, once the venv's torch is known."""
+    torch = venv.version_of("torch") if venv else None
+    if venv is None or torch is None or venv.python_version is None:
+        return None
+    python = ".".join(venv.python_version.split(".")[:2])
+    return wheel_key(target.recipe.package, target.answer.version, torch, python,
+                     target.arch_value or "native")
+
+
+def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[str, str]]:
+    """key -> (package, version) for each extension whose wheel could already exist."""
+    out = {}
+    for target in choices.build_targets:
+        key = target_key(target, venv)
+        if key:
+            out[key] = (target.recipe.package, target.answer.version)
+    return out
+
+
+def _actions(target: BuildTarget, choices: Choices, venv: VenvState | None,
+             wheels: Mapping[str, str]) -> list[Action]:
+    recipe, answer = target.recipe, target.answer
+    name, version = answer.name, answer.version
+    py, user = choices.venv_python, choices.owner.run_as
+    pinned = f"{recipe.package}=={version}"
+    smoke = [Action(id=f"extensions.{name}.smoke", title=f"Try {name} in the venv",
+                    argv=[py, "-c", recipe.smoke_test], user=user)] if recipe.smoke_test else []
+    key = target_key(target, venv)
+    if key in wheels:
+        return [Action(id=f"extensions.{name}.install-wheel",
+                       title=f"Install {name} {version} from the wheel built earlier ({key})",
+                       argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key],
+                             pinned], user=user), *smoke]
+
+    tree = build_dir(name, version)
+    requirement = recipe.requirement_for(version)
+    actions = [Action(id=f"extensions.{name}.prerequisites",
+                      title=f"Install {name}'s build requirements",
+                      argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
+                      user=user)]
+    if requirement.startswith("/") and not requirement.endswith(ARCHIVES):
+        source = requirement  # a source directory of the operator's: built where it is
+    else:
+        source = f"{tree}/src"
+        archive = requirement
+        if not requirement.startswith("/"):
+            archive = f"{tree}/dist"
+            actions.append(Action(
+                id=f"extensions.{name}.source", title=f"Download {name} {version}'s source",
+                # the sdist's metadata step imports torch: no build isolation here either
+                argv=[py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                      "--no-build-isolation", "--dest", archive, requirement], user=user))
+        actions.append(Action(id=f"extensions.{name}.unpack",
+                              title=f"Unpack {name}'s source into {source}",
+                              argv=[py, "-c", UNPACK, archive, source], user=user))
+    actions += [
+        Action(id=f"extensions.{name}.build",
+               title=f"Compile {name} {version} for compute capability "
+                     f"{', '.join(target.compute_capabilities)}",
+               # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
+               argv=[py, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+                     "--wheel-dir", f"{tree}/wheels", source],
+               env=build_env(target, choices), user=user),
+        Action(id=f"extensions.{name}.install", title=f"Install the {name} wheel just built",
+               argv=["uv", "pip", "install", "--python", py, "--find-links", f"{tree}/wheels",
+                     pinned], user=user),
+        *smoke,
+    ]
+    return actions
+
+
+def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None,
+         wheels: Mapping[str, str]) -> Step:
     if not answers.extensions:
         return satisfied("extensions", "no extensions requested")
     actions: list[Action] = []
     done: list[str] = []
-    py, user = choices.venv_python, choices.owner.run_as
     for target in choices.build_targets:
-        recipe, answer = target.recipe, target.answer
-        if venv and venv.version_of(recipe.package) == answer.version:
-            done.append(f"{recipe.package} {answer.version}")
+        if venv and venv.version_of(target.recipe.package) == target.answer.version:
+            done.append(f"{target.recipe.package} {target.answer.version}")
             continue
-        actions += [
-            Action(
-                id=f"extensions.{answer.name}.prerequisites",
-                title=f"Install {answer.name}'s build requirements",
-                argv=["uv", "pip", "install", "--python", py, *recipe.build_requires],
-                user=user,
-            ),
-            Action(
-                id=f"extensions.{answer.name}.build",
-                title=f"Build and install {answer.name} {answer.version} for compute capability "
-                f"{', '.join(target.compute_capabilities)}",
-                argv=[
-                    "uv",
-                    "pip",
-                    "install",
-                    "--python",
-                    py,
-                    "--no-build-isolation",
-                    recipe.requirement_for(answer.version),
-                ],
-                env=build_env(target, choices),
-                user=user,
-            ),
-        ]
+        actions += _actions(target, choices, venv, wheels)
     if not actions:
         if done:
             return satisfied("extensions", f"already installed: {', '.join(done)}")
         return satisfied("extensions", "nothing to build: see the warnings")
-    names = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
-    return pending(
-        "extensions",
-        f"build {', '.join(names)} against the venv's torch (CUDA {choices.cuda})",
-        actions,
-    )
+    built = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
+    reused = [a.id.split(".")[1] for a in actions if a.id.endswith(".install-wheel")]
+    parts = ([f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
+             if built else []) + ([f"install {', '.join(reused)} from wheels built earlier"]
+                                  if reused else [])
+    return pending("extensions", "; ".join(parts), actions)

@@ -196,8 +196,10 @@ class ExtensionRecipe:
     peak_job_gib: float
     build_requires: tuple[str, ...]
     wheel_url: str
-    # what `pip install` is given: a name and version, or a local source directory
+    # what `pip install` is given: a name and version, or a local source directory or archive
     requirement: str = "{package}=={version}"
+    # Python run in the venv after install: imports the extension and makes one tiny call
+    smoke_test: str = ""
 
     def requirement_for(self, version: str) -> str:
         return self.requirement.format(package=self.package, version=version)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from steps.rootfs import RootFS
+from steps.rootfs import OWN_DIRS, RootFS
 
-STATE_DIR = "/var/lib/mlsetup"
-LOG_DIR = "/var/log/mlsetup"
-CACHE_DIR = "/var/cache/mlsetup"
+STATE_DIR, LOG_DIR, CACHE_DIR = OWN_DIRS
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from steps.answers import Answers
 from steps.choices import Choices, choose
 from steps.facts import Facts
+from steps.rootfs import RootFS
 from steps.venvstate import VenvState
 
 PLAN_SCHEMA = "mlsetup.plan/1"
@@ -78,7 +80,10 @@ def pending(name: str, reason: str, actions: list[Action]) -> Step:
     return Step(name=name, status="pending", reason=reason, actions=actions)
 
 
-def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None) -> Plan:
+def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
+              wheels: Mapping[str, str] | None = None) -> Plan:
+    """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
+    earlier (steps.wheels.find_wheels). Both None for a machine that is not this one."""
     from steps import driver, extensions, toolkit
     from steps import venv as venv_step
 
@@ -87,7 +92,7 @@ def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None) -> 
         driver.plan(facts, answers, choices),
         toolkit.plan(facts, answers, choices),
         venv_step.plan(facts, answers, choices, venv),
-        extensions.plan(facts, answers, choices, venv),
+        extensions.plan(facts, answers, choices, venv, wheels or {}),
     ]
     steps = _share_repo_setup(steps)
     return Plan(warnings=list(choices.warnings), steps=steps)
@@ -102,3 +107,17 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
         seen.update(a.id for a in kept)
         out.append(step.model_copy(update={"actions": kept}))
     return out
+
+
+def observe_and_plan(fs: RootFS, answers: Answers) -> tuple[Facts, Plan]:
+    """Probe this machine (its venv and the wheels built earlier too) and plan for it."""
+    from steps.extensions import wanted_wheels
+    from steps.probe import probe
+    from steps.venvstate import probe_venv
+    from steps.wheels import find_wheels
+
+    facts = probe(fs).facts
+    choices = choose(facts, answers)
+    venv = probe_venv(fs, choices.venv_path)
+    wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv))
+    return facts, make_plan(facts, answers, venv, wheels)

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+OWN_DIRS = ("/var/lib/mlsetup", "/var/log/mlsetup", "/var/cache/mlsetup")
+
+
 @dataclass(frozen=True)
 class RootFS:
     root: Path = Path("/")
@@ -37,6 +40,14 @@ class RootFS:
     def glob(self, pattern: str) -> list[str]:
         """Local paths matching a target-machine pattern, sorted."""
         return sorted(_glob.glob(str(self.path(pattern))))
+
+    def localize(self, value: str) -> str:
+        """`value` as a local path if it is under one of mlsetup's own directories (which always
+        live under the root), else unchanged: commands see where mlsetup really keeps things."""
+        for prefix in OWN_DIRS:
+            if value == prefix or value.startswith(prefix + "/"):
+                return str(self.path(value))
+        return value
 
     @property
     def is_host(self) -> bool:

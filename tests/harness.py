@@ -35,11 +35,12 @@ USER_UID = 1000
 
 ANSWERS = """version = 1
 [venv]
+path = "{venv}"
 python = "{python}"
 [torch]
 index_url = "{index}"
 [[extensions]]
-name = "tinyext"
+name = "{extension}"
 version = "0.1.0"
 [reboot]
 policy = "{policy}"
@@ -81,19 +82,22 @@ class FakeServer:
             (self.bin / name).symlink_to("standin.py")
 
     def _install_recipe(self) -> None:
-        src = self.base / "src" / "tinyext"
-        shutil.copytree(FIXTURES / "tinyext", src)
-        for path in [src.parent, src, *src.rglob("*")]:
-            os.chown(path, USER_UID, USER_UID)
+        """Test extensions (tests/fixtures/<name>/ with <name>.toml), their sources owned by
+        the venv's account, as an operator's own would be."""
         self.recipes.mkdir()
-        recipe = (FIXTURES / "tinyext.toml").read_text().replace("@SOURCE@", str(src))
-        (self.recipes / "tinyext.toml").write_text(recipe)
+        for name in ("tinyext", "flakyext"):
+            src = self.base / "src" / name
+            shutil.copytree(FIXTURES / name, src)
+            for path in [src.parent, src, *src.rglob("*")]:
+                os.chown(path, USER_UID, USER_UID)
+            recipe = (FIXTURES / f"{name}.toml").read_text().replace("@SOURCE@", str(src))
+            (self.recipes / f"{name}.toml").write_text(recipe)
 
-    def write_answers(self, policy: str = "ask", extra: str = "") -> None:
+    def write_answers(self, policy: str = "ask", extra: str = "",
+                      extension: str = "tinyext", venv: str = "~/ml-env") -> None:
         python = "{}.{}".format(*sys.version_info[:2])
-        self.answers.write_text(
-            ANSWERS.format(python=python, index=self.index, policy=policy) + extra
-        )
+        self.answers.write_text(ANSWERS.format(python=python, index=self.index, policy=policy,
+                                               extension=extension, venv=venv) + extra)
 
     def env(self, **extra: str) -> dict[str, str]:
         # this machine's proxy and certificate settings, as an operator's server would have
@@ -155,8 +159,9 @@ class FakeServer:
         return [c for c in calls if c["kind"] == kind]
 
     def commands(self) -> list[str]:
-        """Each stand-in call as `cmd last-arg`, in order."""
-        return [f"{c['cmd']} {c['args'][-1] if c['args'] else ''}".strip() for c in self.calls()]
+        """Each stand-in call as `cmd last-arg` (a path as the target machine names it)."""
+        return [f"{c['cmd']} {c['args'][-1].removeprefix(str(self.root)) if c['args'] else ''}"
+                .strip() for c in self.calls()]
 
     def events(self) -> list[Event]:
         path = self.root / "var/log/mlsetup/current/events.jsonl"

@@ -26,6 +26,9 @@ DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
 
 
 def at(target: str) -> Path:
+    """A path on the fake machine (mlsetup hands its own directories over already resolved)."""
+    if target.startswith(f"{ROOT}/"):
+        return Path(target)
     return ROOT / target.lstrip("/")
 
 

@@ -60,7 +60,17 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     assert build["CUDA_HOME"] == "/usr/local/cuda-13.0"
     path = build["PATH"].split(":")  # uv puts the venv's bin first; then the plan's PATH
     assert path.index("/usr/local/cuda-13.0/bin") < path.index("/usr/bin")
-    assert build["MAX_JOBS"].isdigit() and build["NVCC_THREADS"] == "1"
+    assert build["NVCC_THREADS"] == "1"
+    # compiled under the memory governor: no -j from torch, tokens from its jobserver FIFO,
+    # which the build's account can use
+    assert build["MAX_JOBS"] == "governed" and "--jobserver-auth=fifo:" in build["MAKEFLAGS"]
+    assert build["jobserver_usable"] is True
+    assert "tinyext built against torch 2.14.0+cu130" in second.stdout or any(
+        "tinyext built against torch" in line.read_text()
+        for line in (server.root / "var/log/mlsetup").rglob("extensions.tinyext.smoke.log"))
+    # the wheel is kept for the next venv or host
+    cached = list((server.root / "var/cache/mlsetup/wheels").glob("tinyext-0.1.0_*/*.whl"))
+    assert len(cached) == 1
 
     report = server.report()
     assert report["result"] == "done" and report["changed"] is True
@@ -410,3 +420,51 @@ def test_bad_answers_exit_2_before_anything_runs(server: FakeServer):
     assert run.returncode == 2
     assert "reboot.policy" in run.stderr and "'ask', 'auto' or 'never'" in run.stderr
     assert server.calls() == [] and not (server.root / "var/lib/mlsetup").exists()
+
+
+def test_a_second_venv_gets_the_extension_from_the_wheel_cache(server: FakeServer):
+    server.machine.driver_loaded("580.105.08")
+    assert server.mlsetup("apply", "--answers", str(server.answers)).returncode == 0
+    server.write_answers(venv="~/second-env")
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    ran = server.report()["ran"]
+    assert "extensions.tinyext.install-wheel" in ran and "extensions.tinyext.build" not in ran
+    assert (server.home / "second-env/bin/python").exists()
+
+
+def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_factory):
+    import os
+
+    wheelhouse = server.base / "wheelhouse"
+    wheelhouse.mkdir()
+    os.chmod(wheelhouse, 0o755)
+    server.machine.driver_loaded("580.105.08")
+    server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    assert server.mlsetup("apply", "--answers", str(server.answers)).returncode == 0
+    published = list(wheelhouse.glob("tinyext-0.1.0_torch-2.14.0+cu130_py*_archs-native/*.whl"))
+    assert len(published) == 1
+    # a machine without that wheel in its own cache installs it from the wheelhouse
+    import shutil
+
+    shutil.rmtree(server.root / "var/cache/mlsetup/wheels")
+    server.write_answers(venv="~/other-env", extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    assert "extensions.tinyext.install-wheel" in server.report()["ran"]
+    assert str(wheelhouse) in run.stdout
+
+
+def test_compile_killed_for_memory_is_retried_keeping_its_objects(server: FakeServer):
+    from steps.events import Notice
+
+    server.machine.driver_loaded("580.105.08")
+    server.write_answers(extension="flakyext")
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    retry = [e.text for e in server.events() if isinstance(e, Notice) and "retrying" in e.text]
+    assert len(retry) == 1 and "ran out of memory" in retry[0]
+    out = subprocess.run([str(server.venv / "bin/python"), "-c",
+                          "import flakyext; print(flakyext.KEPT)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"  # the retry found the object compiled before the crash

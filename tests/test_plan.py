@@ -48,15 +48,20 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
     assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "120"
     assert build.env["NVCC_THREADS"] == "4"
     assert build.env["MAX_JOBS"].isdigit() and 1 <= int(build.env["MAX_JOBS"]) <= 128
-    assert "--no-build-isolation" in build.argv and "flash-attn==2.8.3" in build.argv
+    assert build.argv[1:4] == ["-m", "pip", "wheel"] and "--no-build-isolation" in build.argv
+    assert build.argv[-1] == "/var/cache/mlsetup/build/flash-attn-2.8.3/src"  # kept between tries
     assert build.user == "ml"
 
-    # prerequisites come first, in the same venv
-    ids = [a.id for a in plan.step("extensions").actions]
-    assert ids == ["extensions.flash-attn.prerequisites", "extensions.flash-attn.build"]
-    prereq = plan.step("extensions").actions[0].argv
+    # prerequisites first, in the same venv; the source from PyPI, unpacked into the build tree
+    ids = [a.id.split(".")[-1] for a in plan.step("extensions").actions]
+    assert ids == ["prerequisites", "source", "unpack", "build", "install", "smoke"]
+    actions = {a.id.split(".")[-1]: a for a in plan.step("extensions").actions}
     for pkg in ("packaging", "wheel", "ninja", "psutil", "setuptools"):
-        assert pkg in prereq
+        assert pkg in actions["prerequisites"].argv
+    assert actions["source"].argv[-1] == "flash-attn==2.8.3"
+    assert actions["install"].argv[-3:] == [
+        "--find-links", "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels", "flash-attn==2.8.3"]
+    assert "flash_attn_func" in actions["smoke"].argv[-1]
 
     torch = next(a for a in plan.actions if a.id == "venv.torch")
     assert torch.argv[-2:] == ["--index-url", "https://download.pytorch.org/whl/cu128"]
@@ -177,6 +182,24 @@ def test_small_disk_and_memory_ceiling(tmp_path):
     build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
     # (30 GiB - 10% of 32 GiB) / 4.5 GiB per job = 5 jobs, although there are 224 cores
     assert build.env["MAX_JOBS"] == "5"
+
+
+def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
+    from steps.extensions import wanted_wheels
+    from steps.choices import choose
+
+    facts = load_facts(H200)
+    answers = answers_from_toml(FLASH_ATTN, "t")
+    venv = VenvState(path="/root/ml-env", python_version="3.12.3",
+                     packages={"torch": "2.11.0+cu130"}, torch_cuda="13.0")
+    (key,) = wanted_wheels(choose(facts, answers), venv)
+    assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
+    plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
+    ids = [a.id for a in plan.step("extensions").actions]
+    assert ids == ["extensions.flash-attn.install-wheel", "extensions.flash-attn.smoke"]
+    assert plan.step("extensions").actions[0].argv[-3:] == [
+        "--find-links", "/shared/wheels/" + key, "flash-attn==2.8.3"]
+    assert "from wheels built earlier" in plan.step("extensions").reason
 
 
 def test_explicit_max_jobs_is_the_ceiling():

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# What CI cannot show, run on the H200 GPU server (the `device` tool) from a copy of this repo,
+# with .whl/ (pydantic, distro, uv wheels) and .device/flash_attn-2.8.3.tar.gz carried along.
+#
+#   tests/device/h200.sh e2e              mlsetup's extensions step builds tests/fixtures/cudaext
+#                                          for the arch the probe found, installs it, runs it on
+#                                          the GPU; a second apply runs nothing
+#   tests/device/h200.sh governed SECONDS flash-attn 2.8.3 through mlsetup, memory governor,
+#                                          memory_limit 32GiB, stopped after SECONDS
+#   tests/device/h200.sh static SECONDS   the same compile with flash-attn's own rule for 32 GiB
+#                                          (MAX_JOBS = min(cpus/2, 32/9) = 3), stopped after SECONDS
+#
+# Writes logs and one-line-a-second memory profiles (tests/bench/sample_memory.py) to $OUT.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-/tmp/out}
+mode=$1
+seconds=${2:-450}
+work=/tmp/mlsetup-device
+venv=/opt/torch/.venv  # the image's own venv: torch 2.11.0+cu130 is already there
+mkdir -p "$work/recipes" "$out"
+
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.whl/*.whl
+export PYTHONPATH=/tmp/site:$repo PATH=/tmp/site/bin:$PATH UV_OFFLINE=1 PYTHONUNBUFFERED=1
+export MLSETUP_EXTENSIONS_DIR=$work/recipes
+sed "s#@SOURCE@#$repo/tests/fixtures/cudaext#" "$repo/tests/fixtures/cudaext.toml" \
+    > "$work/recipes/cudaext.toml"
+# flash-attn's recipe as shipped, but from the carried sdist: the server reaches no index
+python3 - "$repo" "$work/recipes/flash-attn.toml" <<'PY'
+import json, sys, tomllib
+repo, dest = sys.argv[1], sys.argv[2]
+recipe = tomllib.load(open(f"{repo}/assets/extensions.toml", "rb"))["flash-attn"]
+recipe["requirement"] = f"{repo}/.device/flash_attn-2.8.3.tar.gz"
+def value(v):
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(v)
+open(dest, "w").write("[flash-attn]\n" + "".join(f"{k} = {value(v)}\n" for k, v in recipe.items()))
+PY
+
+answers() {  # answers for the image's venv and torch; $1: extensions tables
+    cat > "$work/answers.toml" <<TOML
+version = 1
+[venv]
+path = "$venv"
+python = "3.12"
+[torch]
+version = "==2.11.*"
+cuda = "cu130"
+[build]
+memory_limit = "32GiB"
+[reboot]
+policy = "never"
+$1
+TOML
+}
+
+mlsetup() { python3 -m app.cli "$@"; }
+
+stop_compilers() {
+    pkill -9 -f 'pip wheel' || true
+    for p in ninja nvcc cicc ptxas cc1plus; do pkill -9 -x $p || true; done
+}
+
+case $mode in
+e2e)
+    mlsetup probe | tee "$out/e2e-probe.txt"
+    answers $'[[extensions]]\nname = "cudaext"\nversion = "0.1.0"'
+    mlsetup plan --answers "$work/answers.toml" | tee "$out/e2e-plan.txt"
+    /usr/bin/time -f "apply wall %e s, max RSS %M kB" \
+        python3 -m app.cli apply --answers "$work/answers.toml" --foreground 2>&1 | tee "$out/e2e-apply.txt"
+    cp /var/lib/mlsetup/report.json "$out/e2e-report.json"
+    mlsetup apply --answers "$work/answers.toml" --foreground | tee "$out/e2e-second-apply.txt"
+    ;;
+governed)
+    answers $'[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\nsource = "build"'
+    build=/var/cache/mlsetup/build/flash-attn-2.8.3
+    python3 "$repo/tests/bench/sample_memory.py" "$out/governed-mem.txt" "$build/src/build" &
+    sampler=$!
+    timeout -s TERM "$seconds" python3 -m app.cli apply --answers "$work/answers.toml" \
+        --foreground > "$out/governed.txt" 2>&1 || echo "stopped after ${seconds}s (exit $?)"
+    kill $sampler; stop_compilers
+    grep -v '"kind":"output"' /var/log/mlsetup/current/events.jsonl > "$out/governed-events.jsonl"
+    tail -c 2000000 "$(ls -S /var/log/mlsetup/current/*.log | head -1)" > "$out/governed-build-log.txt"
+    ;;
+static)
+    src=$work/static-src
+    rm -rf "$src" && mkdir -p "$work/unpack" && tar -xzf "$repo/.device/flash_attn-2.8.3.tar.gz" -C "$work/unpack"
+    mv "$work/unpack"/flash_attn-2.8.3 "$src"
+    python3 "$repo/tests/bench/sample_memory.py" "$out/static-mem.txt" "$src/build" &
+    sampler=$!
+    CUDA_HOME=/usr/local/cuda-13.0 PATH=/usr/local/cuda-13.0/bin:$venv/bin:$PATH \
+    FLASH_ATTN_CUDA_ARCHS=90 NVCC_THREADS=4 MAX_JOBS=3 FLASH_ATTENTION_FORCE_BUILD=TRUE \
+        timeout -s TERM "$seconds" "$venv/bin/python" -m pip wheel -v --no-build-isolation \
+        --no-deps -w "$work/static-wheels" "$src" > "$out/static.txt" 2>&1 \
+        || echo "stopped after ${seconds}s (exit $?)"
+    kill $sampler; stop_compilers
+    ;;
+esac
