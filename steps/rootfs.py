@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-
 OWN_DIRS = ("/var/lib/mlsetup", "/var/log/mlsetup", "/var/cache/mlsetup")
 
 

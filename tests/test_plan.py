@@ -185,8 +185,8 @@ def test_small_disk_and_memory_ceiling(tmp_path):
 
 
 def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
-    from steps.extensions import wanted_wheels
     from steps.choices import choose
+    from steps.extensions import wanted_wheels
 
     facts = load_facts(H200)
     answers = answers_from_toml(FLASH_ATTN, "t")

@@ -11,13 +11,18 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import psutil
 
 
 def main() -> None:
-    out = Path(sys.argv[1]).open("a", buffering=1)
     objects = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    with Path(sys.argv[1]).open("a", buffering=1) as out:
+        _sample(out, objects)
+
+
+def _sample(out: TextIO, objects: Path | None) -> None:
     while True:
         vm = psutil.virtual_memory()
         names = [p.info["name"] for p in psutil.process_iter(["name"])]
