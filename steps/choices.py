@@ -289,7 +289,8 @@ def _machine_warnings(
 
 
 def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
-    """A ceiling on compile jobs: the cores, and RAM available beyond the reserve ÷ per-job peak."""
+    """A ceiling on compile jobs: the cores, and the RAM a build may use ÷ the per-job peak
+    (what runs without the governor; the governor never exceeds it)."""
     if answers.build.max_jobs != "auto":
         return answers.build.max_jobs
     cores = facts.cpu.logical or 1
@@ -297,8 +298,10 @@ def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> 
     if available is None:
         return max(1, cores // 2)
     reserve = answers.build.reserve_bytes(facts.memory.total_bytes or available)
-    by_memory = int((available - reserve) // (recipe.peak_job_gib * GIB))
-    return max(1, min(cores, by_memory))
+    usable = available - reserve
+    if (limit := answers.build.limit_bytes()) is not None:
+        usable = min(usable, limit)
+    return max(1, min(cores, int(usable // (recipe.peak_job_gib * GIB))))
 
 
 def _build_target(
