@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -242,12 +241,6 @@ class StepController:
         return out
 
 
-@dataclass
-class PlanSummary:
-    plan: Plan
-    pending: int
-
-
 class ReviewController:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -355,8 +348,12 @@ class SummaryController:
         if m.finished is None:
             return "No run has finished in this session."
         f = m.finished
-        prefix = "Dry run: nothing was executed. " if m.dry_run else ""
-        return f"{prefix}{f.result}: {f.summary} (exit {f.code})"
+        if m.dry_run:
+            n = sum(1 for a in m.actions.values() if a.status == "dry-run")
+            return (
+                f"Dry run complete: {n} action(s) would run, nothing was executed (exit {f.code})."
+            )
+        return f"{f.result}: {f.summary} (exit {f.code})"
 
     def logs(self) -> str | None:
         if self.model.dry_run or not self.model.run_id:
@@ -381,27 +378,41 @@ class SummaryController:
     def smoke_imports(self) -> list[str]:
         return [t.recipe.import_name for t in self.session.choices().build_targets]
 
+    def engine_smoke(self) -> list[str]:
+        """The engine's own smoke actions (an extension imported and run in the venv)."""
+        out = []
+        for a in self.model.actions.values():
+            if not a.id.endswith(".smoke") or a.status in ("pending", "dry-run"):
+                continue
+            last = next((line for line in reversed(a.lines) if line.strip()), "")
+            mark = "✓" if a.status in ("done", "already-done") else "✗"
+            out.append(f"{mark} {a.title}" + (f": {last.strip()}" if last else ""))
+        return out
+
     def smoke(self) -> list[str]:
         """Run the smoke test in the venv (as its owner, through the runner): torch sees the
         GPUs, each extension imports. Returns lines to show."""
         m = self.model
         if m.dry_run or self.session.dry_run:
-            return ["Dry run: the smoke test would run torch and import each extension here."]
+            return ["Dry run: torch and each extension are tried in the venv here."]
         if m.finished is None or m.finished.code != 0:
             return ["The smoke test runs once every step is done."]
+        return self._torch_smoke() + self.engine_smoke()
+
+    def _torch_smoke(self) -> list[str]:
         from steps.paths import Paths
         from steps.plan import Action
         from steps.runner import Runner, RunnerError
 
         choices = self.session.choices()
-        imports = self.smoke_imports()
+        imports = [] if self.engine_smoke() else self.smoke_imports()
         action = Action(
             id="smoke-test",
             title="Smoke test",
             argv=[choices.venv_python, "-c", SMOKE_SCRIPT, *imports],
             user=choices.owner.run_as,
         )
-        log = Paths(self.session.fs).action_log(m.run_id or "wizard", action.id)
+        log = Paths(self.session.fs).action_log(self.model.run_id or "wizard", action.id)
         try:
             result = Runner(self.session.fs, lambda _e: None).run(action, log)
         except RunnerError as exc:

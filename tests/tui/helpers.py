@@ -1,0 +1,73 @@
+"""Helpers for the wizard's Pilot tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.message import Message
+from textual.pilot import Pilot
+from textual.widgets import Input, Log, Static
+
+from app.tui.app import WizardApp
+from app.tui.session import Session
+from tests.conftest import MACHINES
+
+
+def machine(name: str) -> Path:
+    return MACHINES / f"{name}.json"
+
+
+def dry_session(facts: str, answers: Path | None = None, **kw) -> Session:
+    return Session.load(facts=machine(facts), answers=answers, dry_run=True, **kw)
+
+
+def shown(app: WizardApp) -> str:
+    """The text of every visible Static (labels, sections, plan lines) and Input on screen."""
+    parts = []
+    for widget in app.screen.query("Static, Input, Log"):
+        if not widget.display or not all(a.display for a in widget.ancestors_with_self[:-2]):
+            continue
+        if isinstance(widget, Input):
+            parts.append(widget.value)
+        elif isinstance(widget, Log):
+            parts.extend(widget.lines)
+        elif isinstance(widget, Static):
+            parts.append(str(widget.visual))
+    return "\n".join(parts)
+
+
+class Recorder:
+    """The messages the app dispatched (App.run_test(message_hook=...))."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def of(self, kind: type) -> list:
+        return [m for m in self.messages if isinstance(m, kind)]
+
+
+async def wait_until(
+    pilot: Pilot, predicate: Callable[[], bool], timeout: float = 30.0, what: str = ""
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.05)
+        await pilot.pause()
+
+
+async def walk_to_review(pilot: Pilot) -> None:
+    """Machine → Driver → Toolkit → Venv → Extensions → Review, pressing Enter each time."""
+    app = pilot.app
+    for expected in ("MachineScreen", "StepScreen", "StepScreen", "StepScreen", "StepScreen"):
+        assert type(app.screen).__name__ == expected, type(app.screen).__name__
+        await pilot.press("enter")
+        await pilot.pause()
+    assert type(app.screen).__name__ == "ReviewScreen"

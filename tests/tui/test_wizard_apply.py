@@ -1,0 +1,195 @@
+"""The wizard driving the real engine on a fake server (tests/harness.py): the apply is started
+detached and followed through its event stream, as on a real machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.tui.app import WizardApp
+from app.tui.screens.modals import RebootScreen
+from app.tui.screens.resume import ResumeScreen
+from app.tui.screens.run import RunScreen
+from app.tui.screens.summary import SummaryScreen
+from app.tui.session import Session
+from steps import events as ev
+from steps.knowledge import knowledge
+from tests.harness import FakeServer, mode
+from tests.tui.helpers import Recorder, shown, wait_until, walk_to_review
+
+DRIVER_STEP = [
+    "apt-get update",
+    "apt-get linux-headers-6.8.0-49-generic",
+    "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    "cuda-keyring_1.1-1_all.deb",
+    "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb",
+    "apt-get update",
+    "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf",
+    "update-initramfs -u",
+    "apt-get nvidia-driver-pinning-580",
+    "apt-get nvidia-open",
+]
+
+
+@pytest.fixture
+def fake(server: FakeServer, monkeypatch: pytest.MonkeyPatch):
+    """The server's environment in this process, so the detached engine inherits it."""
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    knowledge.cache_clear()  # the harness's extension recipe (tinyext)
+    yield server
+    knowledge.cache_clear()
+
+
+def session(server: FakeServer) -> Session:
+    return Session.load(root=server.root, answers=server.answers)
+
+
+async def finished(pilot, app: WizardApp, timeout: float = 120) -> ev.Finished:
+    await wait_until(pilot, lambda: app.model.done, timeout=timeout, what="the run to end")
+    await pilot.pause()
+    assert app.model.lost is None, app.model.lost
+    return app.model.finished
+
+
+async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: FakeServer):
+    seen = Recorder()
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        text = shown(app)
+        assert "NVIDIA H200" in text and "nouveau driver is loaded" in text
+        await walk_to_review(pilot)
+        assert "(reboot after)" in shown(app)
+        await pilot.press("enter")  # Apply
+        assert isinstance(app.screen, RunScreen)
+        end = await finished(pilot, app)
+        assert end.code == 10 and app.model.reboot is not None
+        assert isinstance(app.screen, RebootScreen)
+        assert "Reboot now?" in shown(app) and "sudo mlsetup" in shown(app)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: seen.of(WizardApp.RebootAnswered), what="the reboot")
+
+    # the engine was asked to apply these answers, written root-only for it
+    answers = fake.root / "var/lib/mlsetup/answers.toml"
+    assert mode(answers) == 0o600 and answers.read_text() == app.session.answers.to_toml()
+    [started] = seen.of(WizardApp.EngineStarted)
+    assert started.how == "apply"
+    assert started.args == ["--root", str(fake.root), "--answers", str(answers)]
+    # it ran the driver step, paused, and the wizard rebooted through the runner
+    assert fake.commands() == [*DRIVER_STEP, "reboot"]
+    [answered] = seen.of(WizardApp.RebootAnswered)
+    assert answered.reboot and answered.exit_code == 0
+    kinds = [type(m.event) for m in seen.of(app.feed.Event)]
+    assert ev.RebootNeeded in kinds and kinds[-1] is ev.Finished
+
+    # after the reboot: `sudo mlsetup` opens on the Resume screen
+    seen = Recorder()
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        assert isinstance(app.screen, ResumeScreen)
+        text = shown(app)
+        assert "The setup paused for a reboot." in text
+        assert "The reboot was for driver.install: load NVIDIA driver 580." in text
+        assert "The machine has rebooted." in text
+        assert "Driver 580.105.08 is loaded (open modules)" in text and "it worked." in text
+        assert "driver.prerequisites" in text  # done
+        assert "toolkit.install-13.0" in text  # next
+        await pilot.press("enter")
+        assert isinstance(app.screen, RunScreen)
+        end = await finished(pilot, app)
+        assert end.code == 0, app.model.failed
+        await pilot.press("enter")
+        assert isinstance(app.screen, SummaryScreen)
+        await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke test")
+        text = shown(app)
+        assert "every step is satisfied" in text
+        assert "torch 2.14.0+cu130 sees" in text
+        assert f"source {fake.venv}/bin/activate" in text
+        assert (
+            f"Logs:          /var/log/mlsetup/{app.model.run_id}" in text
+            or str(fake.root / "var/log/mlsetup") in text
+        )
+
+    [started] = seen.of(WizardApp.EngineStarted)
+    assert started.how == "resume" and started.args[-1] == "--resume"
+    after = fake.commands()[len(DRIVER_STEP) + 1 :]
+    assert after == ["apt-get cuda-toolkit-13-0"]
+    assert fake.report()["result"] == "done"
+    assert (fake.venv / "bin" / "python").exists()
+
+
+async def test_already_finished_box_runs_nothing(fake: FakeServer):
+    fake.machine.driver_loaded("580.105.08")
+    first = fake.mlsetup("apply", "--answers", str(fake.answers))
+    assert first.returncode == 0, first.stdout + first.stderr
+    calls = len(fake.calls())
+
+    seen = Recorder()
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        assert type(app.screen).__name__ == "MachineScreen"  # a finished run: no Resume
+        for _ in range(4):
+            await pilot.press("enter")
+            assert "already satisfied" in shown(app), shown(app)
+        await pilot.press("enter")
+        assert "The plan: nothing to do" in shown(app)
+        await pilot.press("enter")
+        end = await finished(pilot, app)
+        assert end.code == 0
+        assert set(app.model.steps.values()) == {"satisfied"}
+        await pilot.press("enter")
+        assert "every step is satisfied" in shown(app)
+    assert len(fake.calls()) == calls
+    assert fake.report()["changed"] is False
+
+
+async def test_failing_build_shows_the_diagnosis_and_next_command_above_the_log(fake: FakeServer):
+    fake.machine.driver_loaded("580.105.08")
+    setup = fake.base / "src" / "tinyext" / "setup.py"
+    setup.write_text(
+        "import sys\n"
+        "for i in range(300):\n"
+        "    print(f'[{i}/300] nvcc -c csrc/kernel_{i}.cu')\n"
+        "print('c++: fatal error: Killed signal terminated program cc1plus')\n"
+        "sys.exit(1)\n"
+    )
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await walk_to_review(pilot)
+        await pilot.press("enter")
+        end = await finished(pilot, app)
+        assert end.code == 1
+        failed = app.model.failed
+        assert failed is not None and failed.step == "extensions"
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        failure = str(screen.query_one("#failure").visual)
+        assert failed.what in failure and "why" in failure and failed.next in failure
+        assert "memory" in failed.why.lower() or "killed" in failed.why.lower()
+        # the pane shows the failed action's own output, the full log is on disk
+        assert screen.showing == failed.action
+        pane = screen.query_one("LogPane")
+        assert any("Killed signal terminated program" in line for line in pane.lines)
+        assert pane.search("Killed") >= 1
+        await pilot.press("enter")
+        text = shown(app)
+        assert failed.next in text  # the Summary repeats the next command
+
+
+async def test_plain_sudo_mlsetup_attaches_to_a_running_apply(fake: FakeServer):
+    from tests.test_engine import _started, _wait_for
+
+    fake.machine.driver_loaded("580.105.08")
+    fake.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
+    engine = fake.popen("apply", "--answers", str(fake.answers), "--foreground")
+    try:
+        _wait_for(lambda: _started(fake, "toolkit.install-13.0"))
+        app = WizardApp(session(fake))
+        assert app.opening == "attach"
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert isinstance(app.screen, RunScreen) and app.screen.attached
+            assert "Attached to the running setup" in shown(app)
+            end = await finished(pilot, app)
+            assert end.code == 0
+            assert app.model.actions["toolkit.install-13.0"].status == "done"
+    finally:
+        assert engine.wait(timeout=120) == 0

@@ -1,0 +1,210 @@
+"""The wizard against recorded machines (dry runs): every screen, the choices refused in place,
+the answers saved and replayed by `mlsetup plan`, the GPU-less box, help, non-root."""
+
+from __future__ import annotations
+
+import json
+
+from app.tui.app import WizardApp
+from app.tui.feed import EngineFeed
+from app.tui.screens.modals import HelpScreen
+from app.tui.screens.run import RunScreen
+from app.tui.screens.summary import SummaryScreen
+from app.tui.widgets.fields import ChoiceField
+from steps import events as ev
+from tests.conftest import run_cli
+from tests.tui.helpers import Recorder, dry_session, machine, shown, wait_until, walk_to_review
+
+
+async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_same_plan(tmp_path):
+    session = dry_session("rtx-pro-6000-ubuntu2404")
+    app = WizardApp(session)
+    seen = Recorder()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        text = shown(app)
+        assert "2 \u00d7 NVIDIA RTX PRO 6000 Blackwell Workstation Edition" in text
+        assert "compute 12.0, 95.6 GiB" in text
+        assert "590.48.01 (open modules, loaded), CUDA up to 13.1" in text
+        assert "128 cores, 125.8 GiB RAM" in text and "Secure Boot  disabled" in text
+
+        await pilot.press("enter")  # Driver: satisfied, and says so
+        text = shown(app)
+        assert "already satisfied" in text
+        assert "Driver 590.48.01 (open modules) is loaded" in text
+
+        await pilot.press("enter")  # Toolkit: CUDA 13.0 beside 13.1, with the exact commands
+        text = shown(app)
+        assert "Installed: CUDA 13.1 at /usr/local/cuda-13.1." in text
+        assert "apt-get install -y --no-remove" in text and "cuda-toolkit-13-0" in text
+
+        await pilot.press("enter")  # Venv
+        assert "sudo -u ml uv venv --python 3.12 /home/ml/ml-env" in shown(app)
+
+        await pilot.press("enter")  # Extensions: add flash-attn 2.8.3
+        await pilot.press("a", "tab", *"2.8.3", "enter")
+        await pilot.pause()
+        text = shown(app)
+        assert "flash-attn 2.8.3: compute 12.0, CUDA_HOME /usr/local/cuda-13.0" in text
+        assert "FLASH_ATTN_CUDA_ARCHS=120" in text
+
+        await pilot.press("enter")  # Review
+        plan_shown = app.screen.controller.plan_json()
+        assert "The plan:" in shown(app)
+        await pilot.press("enter")  # the dry run
+        assert isinstance(app.screen, RunScreen)
+        await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
+        await pilot.pause()
+        assert app.model.finished.code == 0
+        assert all(a.status == "dry-run" for a in app.model.actions.values())
+        assert "dry run: nothing is executed" in shown(app)
+
+        await pilot.press("enter")
+        assert isinstance(app.screen, SummaryScreen)
+        await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
+        text = shown(app)
+        assert "Dry run complete: 12 action(s) would run" in text
+        assert "source /home/ml/ml-env/bin/activate" in text
+
+        saved = tmp_path / "answers.toml"
+        path_box = app.screen.query_one("#save-path")
+        path_box.value = str(saved)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert saved.exists() and f"Saved to {saved}" in shown(app)
+
+    # what the engine was asked: a dry run whose plan is the one shown on the Review screen
+    started = seen.of(WizardApp.EngineStarted)
+    assert [m.how for m in started] == ["dry-run"]
+    plans = [m.event.plan for m in seen.of(EngineFeed.Event) if isinstance(m.event, ev.PlanMade)]
+    assert plans == [plan_shown]
+    assert [m.path for m in seen.of(WizardApp.AnswersSaved)] == [saved]
+    changed = [m.key for m in seen.of(WizardApp.AnswerChanged)]
+    assert changed == []  # the extension was added, no field was edited
+
+    # the saved answers replay to the same plan with `mlsetup plan`
+    replay = run_cli(
+        "plan",
+        "--json",
+        "--answers",
+        str(saved),
+        "--facts",
+        str(machine("rtx-pro-6000-ubuntu2404")),
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout) == plan_shown
+
+
+async def test_invalid_choices_are_refused_in_place_with_the_reason():
+    app = WizardApp(dry_session("fresh-h100x8-ubuntu2204"))
+    seen = Recorder()
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        await pilot.press("enter")  # Driver
+        branch = next(f for f in app.screen.query(ChoiceField) if f.spec.key == "driver.branch")
+        branch.enter("12")
+        await pilot.pause()
+        assert branch.has_class("-invalid")
+        text = shown(app)
+        assert 'driver.branch = "12": allowed: "auto" or a driver branch from 570 on' in text
+        assert app.session.answers.driver.branch == "auto"  # the model kept the valid value
+        await pilot.press("enter")  # Continue is refused while a field is invalid
+        await pilot.pause()
+        assert type(app.screen).__name__ == "StepScreen" and app.screen.name == "driver"
+
+        branch.enter("590")
+        await pilot.pause()
+        assert not branch.has_class("-invalid")
+        assert app.session.answers.driver.branch == "590"
+        assert "nvidia-driver-pinning-590" in shown(app)  # the commands follow the choice
+
+        await pilot.click("#next")  # Toolkit: an unknown CUDA release
+        assert app.screen.name == "toolkit"
+        versions = app.screen.query_one(ChoiceField)
+        versions.enter("11.9, 13.0")
+        await pilot.pause()
+        assert "'11.9' is not a CUDA release mlsetup knows; allowed:" in shown(app)
+        versions.enter("12.8, 13.0")
+        await pilot.pause()
+        assert app.session.answers.toolkit.versions == ["12.8", "13.0"]
+        assert "cuda-toolkit-12-8" in shown(app)
+
+    refused = seen.of(WizardApp.AnswerRefused)
+    assert [(m.key, m.raw) for m in refused] == [
+        ("driver.branch", "12"),
+        ("toolkit.versions", "11.9, 13.0"),
+    ]
+    assert [m.key for m in seen.of(WizardApp.AnswerChanged)] == [
+        "driver.branch",
+        "toolkit.versions",
+    ]
+
+
+async def test_gpu_less_box_plans_a_cpu_venv_and_says_why():
+    app = WizardApp(dry_session("gpu-less-debian12"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert "GPUs" in shown(app) and "none found" in shown(app)
+        assert "no NVIDIA GPU found: torch will be the CPU build" in shown(app)
+        await pilot.press("enter")
+        assert "No NVIDIA GPU: no driver is needed." in shown(app)
+        await pilot.press("enter")
+        assert "no CUDA toolkit needed" in shown(app)
+        await pilot.press("enter")
+        assert "(cpu build)" in shown(app) and "whl/cpu" in shown(app)
+        await pilot.press("enter", "enter")
+        assert "2 action(s) to run" in shown(app)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.model.finished is not None)
+        assert app.model.steps == {
+            "driver": "satisfied",
+            "toolkit": "satisfied",
+            "venv": "done",
+            "extensions": "satisfied",
+        }
+        await pilot.press("enter")
+        assert isinstance(app.screen, SummaryScreen)
+
+
+async def test_help_screen_and_back_navigation():
+    app = WizardApp(dry_session("fresh-h100x8-ubuntu2204"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = shown(app)
+        assert "8 \u00d7 NVIDIA H100 80GB HBM3" in text
+        assert "Secure Boot is enabled" in text and "nouveau driver is loaded" in text
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "ctrl+q" in shown(app) and "full-screen log" in shown(app)
+        await pilot.press("escape")
+        await pilot.press("enter")
+        assert "No NVIDIA driver is loaded." in shown(app)
+        assert "(reboot after)" in shown(app)
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "MachineScreen"
+
+
+async def test_not_root_shows_the_plan_but_applying_says_it_needs_root(tmp_path):
+    from app.tui.session import Session
+
+    session = Session.load(facts=machine("h200-ubuntu2404"), dry_run=False)
+    app = WizardApp(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert "--facts shows a recorded machine" in _review_text(await _to_review(pilot))
+
+    session = Session.load(root=tmp_path, dry_run=False)
+    session.is_root = False
+    app = WizardApp(session, opening="wizard")
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = _review_text(await _to_review(pilot))
+        assert "needs root" in text and "sudo mlsetup" in text
+        assert app.screen.query_one("#next").disabled
+        await pilot.press("enter")  # the focus is on Save answers: the work is not lost
+        assert type(app.screen).__name__ == "SaveScreen"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "ReviewScreen"
+
+
+async def _to_review(pilot):
+    await walk_to_review(pilot)
+    return pilot.app
+
+
+def _review_text(app) -> str:
+    return shown(app)
