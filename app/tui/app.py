@@ -10,6 +10,7 @@ each engine event reaches the app as an `EngineFeed.Event` message, output lines
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -102,6 +103,7 @@ class WizardApp(App[int]):
         self.run_screen = None
         self.engine_how: str | None = None
         self.reboot_asked = False
+        self.clock = time.time  # what "running 2m10s" counts from (tests pin it)
         if self.glyphs.plain:
             self.ansi_color = True
 
@@ -113,7 +115,7 @@ class WizardApp(App[int]):
 
     def on_mount(self) -> None:
         if self.glyphs.plain:
-            self.screen.add_class("-plain")
+            self.add_class("-plain")
         self.set_interval(FLUSH_INTERVAL, self.feed.flush)
         from app.tui.screens.machine import MachineScreen
         from app.tui.screens.resume import ResumeScreen
@@ -124,10 +126,6 @@ class WizardApp(App[int]):
             self.push_screen(ResumeScreen(self.state))
         else:
             self.push_screen(MachineScreen())
-
-    def on_screen_resume(self) -> None:
-        if self.glyphs.plain:
-            self.screen.add_class("-plain")
 
     # -- navigation ---------------------------------------------------------------------------
 

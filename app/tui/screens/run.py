@@ -210,7 +210,7 @@ class RunScreen(WizardScreen):
             text = f"finished: {f.result} (exit {f.code}) · Enter: summary"
         elif m.current:
             view = m.actions.get(m.current)
-            ran = m.elapsed()
+            ran = m.elapsed(self.wizard.clock())
             text = f"running {duration(ran)} · {view.title if view else m.current}"
         else:
             text = "starting…"

@@ -1,0 +1,129 @@
+"""The run screen's parts fed by hand: the event feed's order and bounds, the memory gauge,
+the log pane (search, full screen, switching actions), NO_COLOR and TERM=linux."""
+
+from __future__ import annotations
+
+import threading
+
+from app.tui.app import WizardApp
+from app.tui.feed import EngineFeed
+from app.tui.screens.run import RunScreen
+from app.tui.widgets.gauge import MemoryGauge
+from app.tui.widgets.logpane import LogPane
+from steps import events as ev
+from tests.tui import scenes
+from tests.tui.helpers import Recorder, dry_session, shown, wait_until
+
+
+def test_feed_keeps_the_engine_order_and_bounds_what_it_holds():
+    posted: list = []
+    feed = EngineFeed(posted.append, pending=10)
+
+    def engine() -> None:
+        feed(ev.ActionStarted(step="s", action="a", title="A", command="a", log=""))
+        for i in range(3):
+            feed(ev.Output(action="a", line=f"a{i}"))
+        feed(ev.ActionFinished(step="s", action="a", status="done", exit_code=0, elapsed=0))
+        feed(ev.ActionStarted(step="s", action="b", title="B", command="b", log=""))
+        for i in range(25):
+            feed(ev.Output(action="b", line=f"b{i}"))
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    thread.join()
+    assert not any(isinstance(m, EngineFeed.Lines) and m.action == "b" for m in posted)
+    feed.flush()  # the app's timer
+    shape = [
+        (type(m).__name__, getattr(m, "action", None) or type(m.event).__name__) for m in posted
+    ]
+    assert shape == [
+        ("Event", "ActionStarted"),
+        ("Lines", "a"),
+        ("Event", "ActionFinished"),
+        ("Event", "ActionStarted"),
+        ("Lines", "b"),
+    ]
+    assert posted[1].lines == ["a0", "a1", "a2"]
+    last = posted[-1]
+    assert last.lines == [f"b{i}" for i in range(15, 25)] and last.dropped == 15
+    feed.flush()
+    assert len(posted) == 5  # nothing new: nothing posted
+
+
+async def _running_build(app: WizardApp, pilot, events: list[ev.Event], lines: int = 40) -> None:
+    app._show_run()
+    await pilot.pause()
+    for event in events[:9]:
+        app.feed(event)
+    for line in scenes.build_output(lines):
+        app.feed(ev.Output(action="extensions.flash-attn.build", line=line))
+    for event in events[9:]:
+        app.feed(event)
+    await wait_until(pilot, lambda: app.model.memory.progress is not None)
+    await pilot.pause(0.2)
+
+
+async def test_memory_gauge_and_log_pane_during_a_build():
+    app = WizardApp(dry_session("rtx-pro-6000-ubuntu2404"), opening="wizard")
+    app.clock = lambda: scenes.T0 + 65
+    seen = Recorder()
+    async with app.run_test(size=(120, 40), message_hook=seen) as pilot:
+        await _running_build(app, pilot, scenes.build_running())
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        gauge = screen.query_one(MemoryGauge)
+        assert gauge.display
+        text = shown(app)
+        assert "jobs 8 running / 8 allowed / 1 frozen" in text
+        assert "build 30/73 · ETA 1m36s" in text
+        assert "RAM 92% → jobs 12 → 8 (available below the guard band)" in text
+        assert "running 1m05s · Compile flash-attn 2.8.3" in text
+        levels = [m.level for m in seen.of(MemoryGauge.Pressure)]
+        assert levels == ["warn", "high", "ok"]
+
+        pane = screen.query_one(LogPane)
+        assert screen.showing == "extensions.flash-attn.build"
+        assert len(pane.lines) == 40 and pane.lines[-1].startswith("[39/73]")
+        await pilot.press("slash", *"hdim70", "enter")
+        assert [m.matches for m in seen.of(LogPane.Searched)] == [1]
+        assert "search 'hdim70': 1 match(es)" in shown(app)
+
+        await pilot.press("f")
+        assert screen.has_class("-full") and not gauge.display
+        await pilot.press("escape")
+        assert not screen.has_class("-full")
+
+        await pilot.press("left_square_bracket")  # the action before: its own lines
+        assert screen.showing == "extensions.flash-attn.prerequisites"
+        assert pane.lines == []
+        await pilot.press("left_square_bracket")
+        assert screen.showing == "run"  # the whole run, as the console prints it
+        assert any("Compile flash-attn 2.8.3" in line for line in pane.lines)
+
+
+async def test_output_for_another_action_does_not_disturb_the_pane():
+    app = WizardApp(dry_session("h200-ubuntu2404"), opening="wizard")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _running_build(app, pilot, scenes.build_running(), lines=5)
+        screen = app.screen
+        await pilot.press("left_square_bracket")
+        app.feed(ev.Output(action="extensions.flash-attn.build", line="more"))
+        app.feed.flush()
+        await pilot.pause()
+        assert screen.query_one(LogPane).lines == []  # pinned to the chosen action
+        assert list(app.model.actions["extensions.flash-attn.build"].lines)[-1] == "more"
+
+
+async def test_no_color_and_the_linux_console(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = WizardApp(dry_session("h200-ubuntu2404"))
+    async with app.run_test(size=(80, 24)):
+        assert app.no_color
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "linux")
+    app = WizardApp(dry_session("h200-ubuntu2404"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.glyphs.plain and app.has_class("-plain")
+        assert "\u203a" not in shown(app) and "> Driver > Toolkit" in shown(app)
+        await pilot.press("enter")
+        assert "+ already satisfied" in shown(app)
