@@ -142,6 +142,12 @@ class Fleet:
         self.first()
         return self._once("second")
 
+    def third(self) -> subprocess.CompletedProcess:
+        self.second()
+        if "third" not in self.results:
+            self.servers["gpu3"].script({})  # the operator fixed apt on gpu3
+        return self._once("third")
+
     def report(self, host: str) -> dict:
         return json.loads((self.controller / "reports" / f"{host}.json").read_text())
 
@@ -255,3 +261,113 @@ def test_second_play_changes_nothing(fleet: Fleet):
     # gpu3 is still broken: failed again, with the same diagnosis, and nothing changed
     assert counts["gpu3"]["failed"] == 1
     assert fleet.report("gpu3")["failure"]["diagnosis"] == "apt-broken"
+
+
+def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: Fleet):
+    run = fleet.third()
+    assert run.returncode == 0, shown(run)
+    counts = recap(run)
+    assert counts["gpu1"]["changed"] == counts["gpu2"]["changed"] == 0, shown(run)
+    assert counts["gpu3"]["changed"] > 0 and counts["gpu3"]["failed"] == 0
+    report = fleet.report("gpu3")
+    assert report["result"] == "done" and report["changed"] is True
+    assert report["ran"][0] == "toolkit.install-13.0"  # it went on where it had failed
+    assert "extensions.tinyext.build" not in report["ran"]  # gpu1's wheel, from the controller
+    assert boots(fleet.servers["gpu3"]) == 1
+
+
+def test_install_from_source_then_skip_the_same_version(tmp_path: Path):
+    """The role's install: a source tarball of this checkout, install.sh into a prefix of its
+    own, a stamp; run again with the same source, it installs nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("install.sh installs as root")
+    answers = tmp_path / "answers.toml"
+    answers.write_text("version = 1\n")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "gpu_servers": {
+                    "hosts": {
+                        "box": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "ansible_become": False,
+                            "mlsetup_answers": str(answers),
+                            "mlsetup_prefix": str(tmp_path / "opt/mlsetup"),
+                            "mlsetup_bindir": str(tmp_path / "bin"),
+                            "mlsetup_dist_dir": str(tmp_path / "dist"),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    argv = [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), "--tags", "mlsetup_install"]
+
+    first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, shown(first)
+    assert recap(first)["box"]["changed"] > 0
+    version = subprocess.run(
+        [str(tmp_path / "bin/mlsetup"), "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("mlsetup ")
+    stamp = (tmp_path / "opt/mlsetup/.mlsetup-source").read_text()
+    assert re.fullmatch(r"\S+ sha256:[0-9a-f]{64}\n", stamp)
+    assert not (tmp_path / "mlsetup-0.1.0").exists()
+
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, shown(again)
+    assert recap(again)["box"]["changed"] == 0, shown(again)
+    assert "Run install.sh" in again.stdout and "skipping: [box]" in again.stdout
+
+
+def test_invalid_answers_fail_the_host_with_mlsetups_message_not_an_old_report(tmp_path: Path):
+    root = tmp_path / "root"
+    old = root / "var/lib/mlsetup/report.json"
+    old.parent.mkdir(parents=True)
+    stale = {
+        "schema": "mlsetup.report/1",
+        "result": "failed",
+        "code": 1,
+        "changed": False,
+        "ran": [],
+        "steps": [],
+        "log_dir": "",
+        "failure": {"what": "an old failure"},
+    }
+    old.write_text(json.dumps(stale))
+    answers = tmp_path / "answers.toml"
+    answers.write_text('version = 1\n[torch]\ncuda = "cu999"\n')
+    inventory = tmp_path / "inventory.yml"
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "mlsetup_install": False,
+        "mlsetup_command": [sys.executable, "-m", "app.cli"],
+        "mlsetup_environment": {"PYTHONPATH": str(REPO)},
+        "mlsetup_root": str(root),
+        "mlsetup_answers": str(answers),
+        "mlsetup_reports_dir": str(tmp_path / "reports"),
+        "mlsetup_poll": 1,
+    }
+    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(
+        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 2, shown(run)
+    assert recap(run)["box"]["failed"] == 1
+    assert "mlsetup on box exited 2 (invalid input)" in run.stdout, shown(run)
+    assert "torch.cuda" in run.stdout and "cu999" in run.stdout
+    assert f"(copied from {answers} on the controller)" in run.stdout
+    assert "an old failure" not in run.stdout
+    assert not (tmp_path / "reports").exists()
