@@ -27,6 +27,9 @@ import tomllib
 # What install.sh needs from a checkout: itself, the package metadata and the packages.
 TOP_FILES = ("install.sh", "pyproject.toml", "README.md", "LICENSE")
 PACKAGES = ("app", "steps", "assets")
+# Not for the hosts, and where an operator's reports, plans and wheels may lie (they would
+# change the tarball, and so reinstall mlsetup, on every play).
+SKIP = ("assets/ansible",)
 MTIME = 1577836800  # 2020-01-01: fixed, and after 1980 so a wheel built from it can zip it
 
 
@@ -41,6 +44,8 @@ def _files(source: Path) -> list[Path]:
         for path in sorted((source / package).rglob("*")):
             rel = path.relative_to(source)
             if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+                continue
+            if rel.as_posix().startswith(tuple(f"{skip}/" for skip in SKIP)):
                 continue
             if path.is_file() and path.suffix not in (".pyc", ".pyo"):
                 files.append(path)
