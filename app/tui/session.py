@@ -167,7 +167,7 @@ class Session:
 
     def save_answers(self, path: Path) -> Path:
         """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere."""
-        path = path.expanduser()
+        path = path.expanduser().absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.answers.to_toml())
         return path

@@ -59,7 +59,6 @@ class RunScreen(WizardScreen):
         yield Static("", id="status", markup=False)
 
     def on_mount(self) -> None:
-        self.query_one("#gauge").display = False
         self.query_one("#failure").display = False
         self.redraw()
         self.query_one("#log-view").focus()
@@ -87,7 +86,7 @@ class RunScreen(WizardScreen):
             self.query_one(LogPane).set_title(self._title(view), view.log)
         if isinstance(event, (ev.MemorySample, ev.Throttle, ev.BuildProgress)):
             gauge = self.query_one(MemoryGauge)
-            gauge.display = True
+            gauge.add_class("-active")
             gauge.update_from(m.memory)
         if isinstance(event, ev.Failed):
             self._failure()
@@ -122,7 +121,7 @@ class RunScreen(WizardScreen):
         self._show(view or m.overview)
         if m.memory.active:
             gauge = self.query_one(MemoryGauge)
-            gauge.display = True
+            gauge.add_class("-active")
             gauge.update_from(m.memory)
         self._failure()
         self._steps_line()

@@ -88,7 +88,8 @@ class LogPane(Vertical):
         view = self.view
         view.clear()
         view.write_lines(lines[-self.max_lines :])
-        view.scroll_end(animate=False, immediate=True)
+        view.auto_scroll = True
+        self.call_after_refresh(view.scroll_end, animate=False)
         self._status()
 
     def set_title(self, title: str, log: str = "") -> None:

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Drive `mlsetup --dry-run --facts <RTX PRO 6000 box>` in tmux at 80x24 as a person would:
+send keys, read the screen (capture-pane), walk every screen to the Summary, save the
+answers, quit; then check `mlsetup plan --answers <saved>` plans the same actions.
+
+    python tests/tmux_walkthrough.py [--keep DIR] [--facts FILE] [--size 80x24]
+
+Prints every screen it saw; exits 0 when the walk worked, 1 with the last screen if not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SESSION = f"mlsetup-walk-{os.getpid()}"
+
+
+class Walk:
+    def __init__(self, workdir: Path, facts: Path, size: str) -> None:
+        self.workdir = workdir
+        self.screens: list[str] = []
+        width, height = size.split("x")
+        cmd = (
+            f"cd {shlex.quote(str(workdir))} && TERM=xterm-256color "
+            f"PYTHONPATH={shlex.quote(str(REPO))} {shlex.quote(sys.executable)} -m app.cli "
+            f"--dry-run --facts {shlex.quote(str(facts))}; echo WIZARD-EXIT=$?; sleep 30"
+        )
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", SESSION, "-x", width, "-y", height, cmd],
+            check=True,
+        )
+
+    def screen(self) -> str:
+        out = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", SESSION], capture_output=True, text=True
+        )
+        return out.stdout
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        args = ["tmux", "send-keys", "-t", SESSION, *(["-l"] if literal else []), *keys]
+        subprocess.run(args, check=True)
+        time.sleep(0.15)
+
+    def wait(self, pattern: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if re.search(pattern, text):
+                time.sleep(0.3)  # let the screen settle, then keep what a person sees
+                text = self.screen()
+                self.screens.append(text)
+                print(f"----- {pattern} -----\n{text}", flush=True)
+                return text
+            if time.monotonic() > deadline:
+                print(f"----- timed out waiting for {pattern!r}; the screen: -----\n{text}")
+                raise SystemExit(1)
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+
+
+def walk(workdir: Path, facts: Path, size: str) -> None:
+    w = Walk(workdir, facts, size)
+    try:
+        w.wait(r"What the probe found on rtx-pro-6000")
+        w.wait(r"2 \u00d7 NVIDIA RTX PRO 6000")
+        w.keys("Enter")
+        w.wait(r"NVIDIA driver: ✓ already satisfied")
+        w.keys("Enter")
+        w.wait(r"CUDA toolkit\(s\): to do")
+        w.wait(r"Installed: CUDA 13.1")
+        w.keys("Enter")
+        w.wait(r"Python venv with PyTorch")
+        w.keys("Enter")
+        w.wait(r"CUDA extensions")
+        # add flash-attn 2.8.3: `a` focuses the extension list, Tab to the version box
+        w.keys("a")
+        w.keys("Tab")
+        w.keys("2.8.3", literal=True)
+        w.keys("Enter")
+        w.wait(r"flash-attn 2.8.3: compute 12.0")
+        w.keys("Enter")
+        review = w.wait(r"The plan: \d+ action\(s\) to run")
+        shown = int(re.search(r"The plan: (\d+) action", review).group(1))
+        w.keys("F1")
+        w.wait(r"Keys \(also shown")
+        w.keys("Escape")
+        w.wait(r"The plan:")
+        w.keys("Enter")
+        run = w.wait(r"finished: done \(exit 0\)")
+        assert "dry run: nothing is executed" in run, run
+        w.keys("Enter")
+        w.wait(rf"Dry run complete: {shown} action\(s\) would run")
+        w.keys("C-s")
+        w.wait(r"Saved to")
+        w.keys("C-q")
+        w.wait(r"WIZARD-EXIT=0")
+    finally:
+        w.close()
+
+    saved = workdir / "mlsetup-answers.toml"
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "plan",
+            "--json",
+            "--answers",
+            str(saved),
+            "--facts",
+            str(facts),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    actions = [a["id"] for s in json.loads(plan.stdout)["steps"] for a in s["actions"]]
+    print(f"----- mlsetup plan --answers {saved}: {len(actions)} action(s) -----")
+    print("\n".join(actions))
+    if len(actions) != shown:
+        print(f"the wizard showed {shown} action(s); the replayed plan has {len(actions)}")
+        raise SystemExit(1)
+    flash = [a for a in actions if a.startswith("extensions.flash-attn.")]
+    if not flash:
+        print("the saved answers lost flash-attn")
+        raise SystemExit(1)
+    print("walkthrough OK: every screen, the summary, and the saved answers replay")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--facts", type=Path, default=REPO / "assets/machines/rtx-pro-6000-ubuntu2404.json"
+    )
+    p.add_argument("--size", default="80x24")
+    p.add_argument("--keep", type=Path, help="work in DIR (kept) instead of a temporary one")
+    args = p.parse_args()
+    if shutil.which("tmux") is None:
+        print("tmux is not installed")
+        return 2
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        walk(args.keep, args.facts.resolve(), args.size)
+    else:
+        with tempfile.TemporaryDirectory(prefix="mlsetup-walk-") as tmp:
+            walk(Path(tmp), args.facts.resolve(), args.size)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""SVG snapshots of every wizard screen at 80x24 and 120x40 (pytest-textual-snapshot).
+
+Update after a deliberate change: pytest tests/tui/test_snapshots.py --snapshot-update, then
+look at the SVGs under tests/tui/__snapshots__/ before committing them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.tui.app import WizardApp
+from app.tui.session import Session
+from steps import events as ev
+from tests.fakemachine import FakeMachine
+from tests.tui import scenes
+from tests.tui.helpers import dry_session, wait_until
+
+SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
+EXAMPLE = Path(__file__).resolve().parents[2] / "assets" / "answers.example.toml"
+
+
+@pytest.fixture(autouse=True)
+def _stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The same pixels on every machine: colours on, fancy glyphs, fixed paths."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr("steps.driver.ASSETS_DIR", Path("/opt/mlsetup/assets"))
+    monkeypatch.chdir(tmp_path)
+
+
+def app_for(machine: str, answers: Path | None = None) -> WizardApp:
+    app = WizardApp(dry_session(machine, answers), opening="wizard", plain=False)
+    app.clock = lambda: scenes.T0 + 65
+    return app
+
+
+def press(*keys: str):
+    async def run_before(pilot) -> None:
+        await pilot.press(*keys)
+        await pilot.pause()
+
+    return run_before
+
+
+def feed(events: list[ev.Event], lines: int = 0, action: str = "extensions.flash-attn.build"):
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        app._show_run()
+        await pilot.pause()
+        for event in events[:9]:
+            app.feed(event)
+        for line in scenes.build_output(lines):
+            app.feed(ev.Output(action=action, line=line))
+        for event in events[9:]:
+            app.feed(event)
+        app.feed.flush()
+        await pilot.pause(0.3)
+
+    return run_before
+
+
+STEP_KEYS = {"driver": 1, "toolkit": 2, "venv": 3, "extensions": 4, "review": 5}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize(
+    "screen",
+    [
+        "machine",
+        "driver",
+        "toolkit",
+        "venv",
+        "extensions",
+        "review",
+        "run-build",
+        "run-failed",
+        "reboot",
+        "summary",
+        "help",
+        "resume",
+    ],
+)
+def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
+    run_before = None
+    if screen == "machine":
+        app = app_for("fresh-h100x8-ubuntu2204")
+    elif screen == "driver":
+        app = app_for("fresh-h100x8-ubuntu2204")
+        run_before = press("enter")
+    elif screen in STEP_KEYS:
+        app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
+        run_before = press(*["enter"] * STEP_KEYS[screen])
+    elif screen == "run-build":
+        app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
+        run_before = feed(scenes.build_running(), lines=60)
+    elif screen == "run-failed":
+        app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
+        run_before = feed(scenes.build_failed(), lines=30)
+    elif screen == "reboot":
+        app = app_for("fresh-h100x8-ubuntu2204")
+        app.session.dry_run = False  # the question only comes after a real driver install
+        app.model.dry_run = False
+        run_before = feed(scenes.reboot_paused(), action="driver.install")
+    elif screen == "summary":
+        app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
+
+        async def run_before(pilot) -> None:
+            await pilot.press(*["enter"] * 6)
+            await wait_until(pilot, lambda: pilot.app.model.finished is not None)
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+
+    elif screen == "help":
+        app = app_for("rtx-pro-6000-ubuntu2404")
+        run_before = press("question_mark")
+    else:
+        app = resume_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+
+
+def resume_app(tmp_path: Path) -> WizardApp:
+    """A machine that rebooted after the driver install; the saved state says what was done."""
+    root = tmp_path / "root"
+    machine = FakeMachine(root)
+    machine.gpu("0000:00:06.0", "0x2335")
+    machine.driver_loaded("580.105.08")
+    done = [
+        "driver.apt-update",
+        "driver.prerequisites",
+        "nvidia-repo.keyring-download",
+        "nvidia-repo.keyring-install",
+        "nvidia-repo.update",
+        "driver.blacklist-nouveau",
+        "driver.initramfs",
+        "driver.pin",
+        "driver.install",
+    ]
+    pending = ["toolkit.install-13.0", "venv.create", "venv.torch", "venv.packages"]
+    plan = {
+        "schema": "mlsetup.plan/1",
+        "warnings": [],
+        "steps": [
+            {
+                "name": "driver",
+                "status": "pending",
+                "reason": "",
+                "actions": [{"id": a} for a in done],
+            },
+            {
+                "name": "toolkit",
+                "status": "pending",
+                "reason": "",
+                "actions": [{"id": a} for a in pending],
+            },
+        ],
+    }
+    state = {
+        "schema": "mlsetup.state/1",
+        "run_id": "20250101-000000-1",
+        "phase": "reboot",
+        "answers_toml": "version = 1\n",
+        "answers_path": None,
+        "plan": plan,
+        "actions": {
+            a: {"step": "driver", "status": "done", "started": 1.0, "ended": 2.0, "log": "x"}
+            for a in done
+        },
+        "reboot": {"action": "driver.install", "boot_id": "before", "driver_branch": 580},
+    }
+    path = root / "var/lib/mlsetup/state.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(state))
+    session = Session.load(root=root)
+    app = WizardApp(session, plain=False)
+    assert app.opening == "resume"
+    return app

@@ -1,0 +1,26 @@
+"""The tmux walkthrough (tests/tmux_walkthrough.py): a whole dry run driven by key presses
+at 80x24, read back with capture-pane, ending on the Summary with the answers saved."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_walkthrough_of_a_whole_dry_run(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "tmux_walkthrough.py"), "--keep", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    assert "walkthrough OK" in run.stdout
+    saved = (tmp_path / "mlsetup-answers.toml").read_text()
+    assert 'name = "flash-attn"' in saved and 'version = "2.8.3"' in saved
