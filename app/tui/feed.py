@@ -22,7 +22,7 @@ from steps.engine import ApplyLock
 from steps.paths import Paths
 from steps.rootfs import RootFS
 
-PENDING_LINES = 4000  # lines held between two flushes; more than a pane shows
+PENDING_LINES = 2000  # lines held between two flushes: what the pane shows, no more
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 
 

@@ -38,6 +38,13 @@ class LogView(Log):
         super().__init__(max_lines=max_lines, highlight=True, **kwargs)
         self.highlighter = SearchHighlighter()
 
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        # Log measures each batch's widest line in a thread of its own; with thousands of lines
+        # a second that thread competes with key presses for the GIL. The character count is
+        # enough for the horizontal scroll range of compiler output.
+        if lines:
+            self._update_maximum_width(updates, max(map(len, lines)))
+
 
 class LogPane(Vertical):
     BINDINGS = [  # noqa: RUF012
