@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -126,7 +125,17 @@ class Session:
         return probe_venv(self.fs, self.choices().venv_path)
 
     def plan(self) -> Plan:
-        return make_plan(self.facts, self.answers, self.venv())
+        """The plan `mlsetup plan` prints for these answers (steps.plan.observe_and_plan, on
+        the facts probed when the wizard opened)."""
+        if self.facts_file is not None:
+            return make_plan(self.facts, self.answers)
+        from steps.extensions import wanted_wheels
+        from steps.wheels import find_wheels
+
+        choices = self.choices()
+        venv = probe_venv(self.fs, choices.venv_path)
+        wheels = find_wheels(self.fs, self.answers.build.wheelhouse, wanted_wheels(choices, venv))
+        return make_plan(self.facts, self.answers, venv, wheels)
 
     @property
     def machine_label(self) -> str:
@@ -238,5 +247,3 @@ def default_save_path() -> str:
     return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
 
 
-def python_label() -> str:
-    return "{}.{}".format(*sys.version_info[:2])
