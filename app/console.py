@@ -180,6 +180,8 @@ class ConsolePrinter:
             took = f" in {_duration(event.elapsed)}" if event.status in ("done", "failed") else ""
             code = f" exit {event.exit_code}" if event.status == "failed" else ""
             self._print(t, f"  {mark} {event.action}{code}{took}{extra}")
+            if event.action.endswith(".smoke") and event.status == "done" and self.tail:
+                self._print(t, f"    → {self.tail[-1]}")  # what the smoke test showed
         elif isinstance(event, Waiting):
             self._print(t, f"  … {event.reason}")
         elif isinstance(event, Notice):

@@ -141,7 +141,11 @@ class ExtensionAnswers(_Section):
     archs: Literal["auto"] | list[str] = Field(
         "auto", description='"auto" = the GPUs present; or compute capabilities such as ["9.0"]'
     )
-    source: Literal["auto", "wheel", "build"] = "auto"
+    source: Literal["auto", "wheel", "build"] = Field(
+        "auto",
+        description="auto: a wheel built earlier (cache, wheelhouse), else the project's own "
+        "release wheel if one matches, else compile | wheel: only a wheel built earlier | build",
+    )
 
     @field_validator("name")
     @classmethod

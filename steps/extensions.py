@@ -51,8 +51,11 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     }
     if recipe.arch_variable:
         env[recipe.arch_variable] = target.arch_value
-    if target.answer.source == "build":
-        env[recipe.force_build_variable] = "TRUE"
+    # "auto": the project's build fetches its own release wheel when one matches this torch;
+    # none is published for this CUDA major, or the answers say build: compile, never guess.
+    cuda_major = (choices.cuda or "").split(".")[0]
+    if target.answer.source == "build" or cuda_major not in recipe.prebuilt_cuda_majors:
+        env[recipe.force_build_variable] = "TRUE"  # the projects honour only the exact "TRUE"
     return env
 
 
@@ -90,6 +93,9 @@ def _actions(target: BuildTarget, choices: Choices, venv: VenvState | None,
                        title=f"Install {name} {version} from the wheel built earlier ({key})",
                        argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key],
                              pinned], user=user), *smoke]
+
+    if answer.source == "wheel":
+        return []  # no wheel built earlier, and the answers forbid compiling: see plan()
 
     tree = build_dir(name, version)
     requirement = recipe.requirement_for(version)
@@ -138,7 +144,13 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         if venv and venv.version_of(target.recipe.package) == target.answer.version:
             done.append(f"{target.recipe.package} {target.answer.version}")
             continue
-        actions += _actions(target, choices, venv, wheels)
+        todo = _actions(target, choices, venv, wheels)
+        if not todo:
+            return pending("extensions", f"{target.answer.name} {target.answer.version} has "
+                           'source = "wheel" but no wheel was built earlier for this torch, '
+                           "Python and GPUs (machine cache or build.wheelhouse); set source = "
+                           '"auto" to build it', [])
+        actions += todo
     if not actions:
         if done:
             return satisfied("extensions", f"already installed: {', '.join(done)}")

@@ -195,7 +195,8 @@ class ExtensionRecipe:
     force_build_variable: str
     peak_job_gib: float
     build_requires: tuple[str, ...]
-    wheel_url: str
+    # CUDA majors the project publishes release wheels for (its build fetches them itself)
+    prebuilt_cuda_majors: tuple[str, ...]
     # what `pip install` is given: a name and version, or a local source directory or archive
     requirement: str = "{package}=={version}"
     # Python run in the venv after install: imports the extension and makes one tiny call

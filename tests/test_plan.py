@@ -47,6 +47,7 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
     assert build.env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
     assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "120"
     assert build.env["NVCC_THREADS"] == "4"
+    assert "FLASH_ATTENTION_FORCE_BUILD" not in build.env  # cu12 release wheels exist: may fetch
     assert build.env["MAX_JOBS"].isdigit() and 1 <= int(build.env["MAX_JOBS"]) <= 128
     assert build.argv[1:4] == ["-m", "pip", "wheel"] and "--no-build-isolation" in build.argv
     assert build.argv[-1] == "/var/cache/mlsetup/build/flash-attn-2.8.3/src"  # kept between tries
@@ -77,6 +78,15 @@ def test_h200_server_is_satisfied_for_cu130_with_arch_90():
     build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
     assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "90"
     assert build.env["CUDA_HOME"] == "/usr/local/cuda-13.0"
+    # flash-attn publishes cu12 wheels only: with a CUDA 13 torch it must compile, not guess
+    assert build.env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
+
+
+def test_source_wheel_never_compiles():
+    plan = plan_for(H200, FLASH_ATTN + 'source = "wheel"\n')
+    step = plan.step("extensions")
+    assert step.status == "pending" and step.actions == []
+    assert 'source = "wheel" but no wheel was built earlier' in step.reason
 
 
 def test_h200_with_finished_venv_has_nothing_to_do():
