@@ -48,7 +48,7 @@ from steps.paths import Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step, make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
-from steps.runner import Account, Result, Runner, RunnerError, lookup_account
+from steps.runner import Result, Runner, RunnerError, lookup_account
 from steps.state import (
     ActionRecord,
     CorruptState,
@@ -409,8 +409,8 @@ class Engine:
                 reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
                 peak_job_bytes=int(target.recipe.peak_job_gib * GiB), action=action.id,
             )
-            if owner:
-                _share_jobserver(governor, owner)
+            if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
+                governor.share_with(owner.uid, owner.gid)
             with governor:
                 result = self.runner.run(
                     action, log, extra_env=governor.env(), on_line=governor.feed_line,
@@ -739,13 +739,6 @@ class Engine:
             "time": time.time(),
         }
         write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
-
-
-def _share_jobserver(governor: Governor, owner: Account) -> None:
-    """The compile runs as the venv's owner: its ninja must open the governor's FIFO."""
-    fifo = Path(governor.env()["MAKEFLAGS"].split("fifo:", 1)[1])
-    for path in (fifo.parent, fifo):
-        os.chown(path, owner.uid, owner.gid)
 
 
 def _driver_ok(facts: Facts, branch: int) -> bool:

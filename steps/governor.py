@@ -240,6 +240,11 @@ class Governor:
             "MAX_JOBS": MAX_JOBS_UNDER_GOVERNOR,
         }
 
+    def share_with(self, uid: int, gid: int) -> None:
+        """Let the account the build runs as open the jobserver FIFO (it is private otherwise)."""
+        for path in (self._jobserver.path.parent, self._jobserver.path):
+            os.chown(path, uid, gid)
+
     def start(self) -> None:
         """Issue the first tokens (before the build starts) and start sampling."""
         self._jobserver.set_jobs(self._token_jobs())
