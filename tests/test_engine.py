@@ -237,18 +237,26 @@ def _lock_free(server: FakeServer) -> bool:
     return ApplyLock(server.root / "var/lib/mlsetup/apply.lock").holder() is None
 
 
-def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
+def _hold_dpkg_lock(server: FakeServer) -> int:
+    """Hold the dpkg frontend lock as unattended-upgrades does after boot; returns the fd."""
     import fcntl
     import os
-    import threading
-    import time
 
-    server.machine.driver_loaded("580.105.08")
     lock = server.root / "var/lib/dpkg/lock-frontend"
     lock.parent.mkdir(parents=True)
     lock.touch()
     fd = os.open(lock, os.O_RDWR)
     fcntl.lockf(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
+    import os
+    import threading
+    import time
+
+    server.machine.driver_loaded("580.105.08")
+    fd = _hold_dpkg_lock(server)
     release = threading.Timer(2.0, lambda: os.close(fd))
     release.start()
     t0 = time.monotonic()
@@ -259,15 +267,10 @@ def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
 
 
 def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):
-    import fcntl
     import os
 
     server.machine.driver_loaded("580.105.08")
-    lock = server.root / "var/lib/dpkg/lock-frontend"
-    lock.parent.mkdir(parents=True)
-    lock.touch()
-    fd = os.open(lock, os.O_RDWR)
-    fcntl.lockf(fd, fcntl.LOCK_EX)
+    fd = _hold_dpkg_lock(server)
     try:
         run = server.mlsetup(
             "apply", "--answers", str(server.answers), MLSETUP_DPKG_LOCK_TIMEOUT="1"
