@@ -21,7 +21,7 @@ import psutil
 
 from steps.answers import Answers
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
-from steps.choices import BuildTarget, choose
+from steps.choices import BuildTarget, Choices, choose
 from steps.diagnose import Diagnosis, diagnose
 from steps.errors import AlreadyRunningError, NeedsRootError
 from steps.events import (
@@ -151,6 +151,8 @@ def systemd_booted(fs: RootFS) -> bool:
 
 
 class Engine:
+    choices: Choices  # the decisions for the step being run, made when it starts
+
     def __init__(
         self, fs: RootFS, request: ApplyRequest, sink: EventSink, runner: Runner | None = None
     ) -> None:
@@ -205,7 +207,7 @@ class Engine:
         try:
             self._start()
             self._run_steps()
-            venv = choose(self._facts(), self.req.answers).venv_path
+            venv = self.choices.venv_path
             return self._finish(
                 EXIT_OK,
                 "done",
@@ -267,6 +269,7 @@ class Engine:
     def _run_steps(self) -> None:
         for name in STEP_ORDER:
             facts, plan = self._plan()
+            self.choices = choose(facts, self.req.answers)  # this step's decisions, made once
             step = plan.step(name)
             if step.status == "satisfied":
                 self.emit(StepSatisfied(step=name, reason=step.reason))
@@ -277,7 +280,7 @@ class Engine:
                 StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
             )
             if name == "extensions" and not self.req.dry_run:
-                self._prepare_build_trees(facts)
+                self._prepare_build_trees()
             for action in step.actions:
                 if self.state is not None and self.state.done(action.id):
                     self.emit(
@@ -379,12 +382,11 @@ class Engine:
 
     def _target(self, action: Action) -> BuildTarget:
         name = action.id.split(".")[1]
-        choices = choose(self._facts(), self.req.answers)
-        return next(t for t in choices.build_targets if t.answer.name == name)
+        return next(t for t in self.choices.build_targets if t.answer.name == name)
 
-    def _prepare_build_trees(self, facts: Facts) -> None:
+    def _prepare_build_trees(self) -> None:
         """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles."""
-        choices = choose(facts, self.req.answers)
+        choices = self.choices
         owner = lookup_account(self.fs, choices.owner.run_as) if choices.owner.run_as else None
         root = self.fs.path(BUILD_ROOT)
         root.mkdir(parents=True, exist_ok=True)
@@ -429,8 +431,7 @@ class Engine:
     def _publish(self, action: Action) -> None:
         """Keep the wheel just built in the machine's cache and the fleet's wheelhouse."""
         target = self._target(action)
-        choices = choose(self._facts(), self.req.answers)
-        key = target_key(target, probe_venv(self.fs, choices.venv_path))
+        key = target_key(target, probe_venv(self.fs, self.choices.venv_path))
         if key is None:
             return
         built = self.fs.path(f"{build_dir(target.answer.name, target.answer.version)}/wheels")
