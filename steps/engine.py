@@ -413,10 +413,14 @@ class Engine:
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
                 governor.share_with(owner.uid, owner.gid)
+
+            def govern(pid: int, governor: Governor = governor) -> None:
+                started(pid)
+                governor.attach(pid)
+
             with governor:
-                result = self.runner.run(
-                    action, log, extra_env=governor.env(), on_line=governor.feed_line,
-                    on_start=lambda pid, g=governor: (started(pid), g.attach(pid)))
+                result = self.runner.run(action, log, extra_env=governor.env(),
+                                         on_line=governor.feed_line, on_start=govern)
             summary = governor.summary()
             diagnosis = diagnose(result.tail, result.exit_code, str(log))
             if result.exit_code == 0 or diagnosis is None or diagnosis.id != "out-of-memory" \

@@ -88,7 +88,7 @@ def _actions(target: BuildTarget, choices: Choices, venv: VenvState | None,
     smoke = [Action(id=f"extensions.{name}.smoke", title=f"Try {name} in the venv",
                     argv=[py, "-c", recipe.smoke_test], user=user)] if recipe.smoke_test else []
     key = target_key(target, venv)
-    if key in wheels:
+    if key is not None and key in wheels:
         return [Action(id=f"extensions.{name}.install-wheel",
                        title=f"Install {name} {version} from the wheel built earlier ({key})",
                        argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key],

@@ -16,7 +16,7 @@ from steps.venvstate import VenvState
 def torch_ok(venv: VenvState | None, choices: Choices) -> bool:
     """The venv's torch satisfies the requirement and is the chosen build."""
     installed = venv.version_of("torch") if venv else None
-    if installed is None:
+    if venv is None or installed is None:
         return False
     try:
         version = Version(installed)
