@@ -148,6 +148,9 @@ class ConsolePrinter:
             pending = [s for s in event.plan["steps"] if s["status"] == "pending"]
             n = sum(len(s["actions"]) for s in pending)
             self._print(t, f"plan: {len(pending)} step(s) to do, {n} action(s)", "")
+            for step in pending:
+                titles = "; ".join(a["title"] for a in step["actions"]) or step["reason"]
+                self._print(t, f"  {step['name']}: {titles}", "")
             for w in event.plan["warnings"]:
                 self._print(t, f"warning: {w}", "")
         elif isinstance(event, StepSatisfied):
