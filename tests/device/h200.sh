@@ -9,6 +9,9 @@
 #                                          memory_limit 32GiB, stopped after SECONDS
 #   tests/device/h200.sh static SECONDS   the same compile with flash-attn's own rule for 32 GiB
 #                                          (MAX_JOBS = min(cpus/2, 32/9) = 3), stopped after SECONDS
+#   tests/device/h200.sh resume SECONDS   the governed compile killed (-9, compilers too) after
+#                                          SECONDS, then `apply --resume` for SECONDS: the build
+#                                          tree keeps the objects, ninja goes on from there
 #
 # Writes logs and one-line-a-second memory profiles (tests/bench/sample_memory.py) to $OUT.
 set -euo pipefail
@@ -82,6 +85,24 @@ governed)
     kill $sampler; stop_compilers
     grep -v '"kind":"output"' /var/log/mlsetup/current/events.jsonl > "$out/governed-events.jsonl"
     tail -c 2000000 "$(ls -S /var/log/mlsetup/current/*.log | head -1)" > "$out/governed-build-log.txt"
+    ;;
+resume)
+    answers $'[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\nsource = "build"'
+    build=/var/cache/mlsetup/build/flash-attn-2.8.3
+    python3 "$repo/tests/bench/sample_memory.py" "$out/resume-mem.txt" "$build/src/build" &
+    sampler=$!
+    timeout -s KILL "$seconds" python3 -m app.cli apply --answers "$work/answers.toml" \
+        --foreground > "$out/resume-first.txt" 2>&1 || echo "engine killed after ${seconds}s"
+    stop_compilers
+    objects=$(find "$build/src/build" -name '*.o' | wc -l)
+    echo "objects after the kill: $objects" | tee "$out/resume-summary.txt"
+    timeout -s TERM "$seconds" python3 -m app.cli apply --resume --foreground \
+        > "$out/resume-second.txt" 2>&1 || echo "stopped after ${seconds}s"
+    kill $sampler; stop_compilers
+    log=$(ls -t /var/log/mlsetup/current/extensions.flash-attn.build.log)
+    { echo "objects at the end: $(find "$build/src/build" -name '*.o' | wc -l)"
+      echo "ninja progress lines in the build log (both runs append to it):"
+      grep -oE '^\[[0-9]+/[0-9]+\]' "$log" | uniq | tr '\n' ' '; echo; } | tee -a "$out/resume-summary.txt"
     ;;
 static)
     src=$work/static-src
