@@ -358,6 +358,8 @@ def test_auto_reboot_installs_a_one_shot_resume_unit(server: FakeServer):
     server.write_answers(policy="auto")
     first = server.mlsetup("apply", "--answers", str(server.answers))
     assert first.returncode == 10, first.stdout
+    # the engine reports the pause, then reboots: the viewer may be back before the reboot ran
+    _wait_for(lambda: _lock_free(server))
     unit = server.root / "etc/systemd/system/mlsetup-resume.service"
     assert "ExecStart=/usr/local/bin/mlsetup apply --resume --foreground" in unit.read_text()
     assert server.commands()[-2:] == ["systemctl mlsetup-resume.service", "reboot"]
