@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 from app.console import ConsolePrinter
 from steps.answers import answers_from_toml
@@ -109,7 +108,7 @@ def _view(fs: RootFS, ticket: str | None) -> int:
             return time.monotonic() - started > START_TIMEOUT
         return lock.holder() is None
 
-    for event in follow(paths.log_dir / "current" / "events.jsonl", stop=gone):
+    for event in follow(paths.current_events, stop=gone):
         if isinstance(event, RunStarted):
             seen_start = ticket is None or event.ticket == ticket
             if seen_start:
@@ -138,13 +137,10 @@ def _view(fs: RootFS, ticket: str | None) -> int:
 def attach(fs: RootFS) -> int:
     """Replay the current (or last) run from its start and follow it to the end."""
     paths = Paths(fs)
-    if not (paths.log_dir / "current").exists():
+    if not paths.current_run.exists():
         if not os.access(paths.log_dir.parent, os.R_OK) or os.geteuid() != 0:
             raise NeedsRootError("the setup's logs are root-only: sudo mlsetup attach")
         sys.stderr.write("mlsetup: no apply has run on this machine yet\n")
         return 1
     return _view(fs, None)
 
-
-def current_stream(fs: RootFS) -> Path:
-    return Paths(fs).log_dir / "current" / "events.jsonl"

@@ -255,12 +255,12 @@ class Engine:
             self._save()
 
     def _open_event_log(self, run_id: str) -> None:
-        run_dir = self.paths.log_dir / run_id
+        run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.paths.log_dir.chmod(0o700)
         log = EventLog(run_dir / "events.jsonl")
         self._sinks.append(log)
-        current = self.paths.log_dir / "current"
+        current = self.paths.current_run
         tmp = self.paths.log_dir / ".current.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run_id)

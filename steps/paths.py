@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from steps.rootfs import OWN_DIRS, RootFS
 
@@ -14,33 +15,42 @@ class Paths:
     fs: RootFS
 
     @property
-    def state_dir(self):
+    def state_dir(self) -> Path:
         return self.fs.path(STATE_DIR)
 
     @property
-    def state(self):
+    def state(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/state.json")
 
     @property
-    def report(self):
+    def report(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/report.json")
 
     @property
-    def lock(self):
+    def lock(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/apply.lock")
 
     @property
-    def log_dir(self):
+    def log_dir(self) -> Path:
         return self.fs.path(LOG_DIR)
 
-    @property
-    def events(self):
-        """The event stream of the current (or last) run, JSON lines."""
-        return self.fs.path(f"{LOG_DIR}/events.jsonl")
-
-    def action_log(self, run_id: str, action_id: str):
-        return self.fs.path(f"{LOG_DIR}/{run_id}/{action_id}.log")
+    def run_dir(self, run_id: str) -> Path:
+        """One run's logs: its event stream and one log file per action."""
+        return self.fs.path(f"{LOG_DIR}/{run_id}")
 
     @property
-    def cache_dir(self):
+    def current_run(self) -> Path:
+        """A symlink to the newest run's directory (the engine re-points it at each new run)."""
+        return self.fs.path(f"{LOG_DIR}/current")
+
+    @property
+    def current_events(self) -> Path:
+        """The event stream of the current (or last) run, JSON lines; viewers follow this."""
+        return self.current_run / "events.jsonl"
+
+    def action_log(self, run_id: str, action_id: str) -> Path:
+        return self.run_dir(run_id) / f"{action_id}.log"
+
+    @property
+    def cache_dir(self) -> Path:
         return self.fs.path(CACHE_DIR)

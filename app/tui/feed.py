@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from textual.message import Message
 
@@ -86,10 +85,6 @@ class EngineFeed:
         self._count = 0
 
 
-def current_stream(fs: RootFS) -> Path:
-    return Paths(fs).log_dir / "current" / "events.jsonl"
-
-
 def follow_run(
     fs: RootFS, ticket: str | None, cancelled: Callable[[], bool], poll: float = 0.05
 ) -> Iterator[ev.Event]:
@@ -109,7 +104,7 @@ def follow_run(
             return time.monotonic() - started > START_TIMEOUT
         return lock.holder() is None
 
-    for event in ev.follow(current_stream(fs), stop=stop, poll=poll):
+    for event in ev.follow(Paths(fs).current_events, stop=stop, poll=poll):
         if isinstance(event, ev.RunStarted) and ticket is not None:
             seen = seen or event.ticket == ticket
         if not seen:
