@@ -12,8 +12,10 @@ then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many 
   on its process group, before it has allocated much) and let go one at a time, only when the
   memory its peak will need is free and a stagger interval has passed, so jobs do not all peak
   together.
-- A job counts at the learned per-job peak until it is past its own peak, then at what it uses:
-  the plateau after the front end is what lets more jobs run than a static count.
+- A job is let go when the worst moment of the next time-to-peak fits the budget, as the learned
+  shape predicts it (climb to the usual peak, fall to the learned plateau, then stay): staggered
+  jobs peak one after another, and the plateau after the front end is what lets more jobs run
+  than a static count.
 - Hard stop: should jobs outgrow that estimate and the memory left under the budget fall into
   the guard band, the newest running jobs are frozen (SIGSTOP, whole subtree) and thawed when
   memory recovers. The last running job is never frozen, and `stop()` thaws everything.
@@ -65,6 +67,11 @@ GUARD_FRACTION = 0.03
 PEAK_NEAR = 0.5
 PEAK_FALLBACK = 0.8
 PEAK_SAFETY = 1.05  # learned peak = the largest job peak seen, plus this margin
+# The shape a job is predicted to follow after its front-end peak: down to the plateau over half
+# the time it took to climb, the plateau first guessed at half the peak (DESIGN.md: the measured
+# flash-attn build fell by half after its front end) and then learned from jobs past their peak.
+FALL_RATIO = 0.5
+PLATEAU_GUESS = 0.5
 # System-wide pressure (PSI `some avg10`, %) or swap growth that blocks new jobs.
 PSI_PRESSURE = 10.0
 SWAP_GROWTH_BYTES = 64 * 2**20
@@ -127,12 +134,38 @@ class _Learned:
 
     peak_job: int
     ramp_s: float
+    typical_peak: int = 0
+    plateau: float = PLATEAU_GUESS  # what a job holds after its peak, as a share of the peak
     peaks: list[int] = field(default_factory=list)
     ramps: list[float] = field(default_factory=list)
+    settled: list[Job] = field(default_factory=list)  # past their peak: they teach the plateau
+
+    def learn_plateau(self) -> None:
+        shares = [j.rss / j.peak for j in self.settled[-16:] if j.peak and j.rss]
+        if len(shares) >= 4:
+            self.plateau = min(1.0, statistics.median(shares) * PEAK_SAFETY)
+
+    def predict(self, job: Job, age: float, peak: int) -> int:
+        """A running job's RSS at `age` seconds after it was let go: it climbs to its peak over
+        the time-to-peak, falls to the plateau over half that, then stays."""
+        if job.past_peak or job.stopped:
+            return job.rss  # settled, or frozen: it does not grow
+        top = max(peak, job.peak)
+        ramp, fall = self.ramp_s, self.ramp_s * FALL_RATIO
+        if age <= ramp:
+            return max(job.rss, int(top * age / ramp))
+        if age <= ramp + fall:
+            return int(top - top * (1 - self.plateau) * (age - ramp) / fall)
+        return int(top * self.plateau)
 
     def job_passed_peak(self, job: Job) -> None:
         self.peaks.append(job.peak)
         self.peak_job = int(max(self.peaks) * PEAK_SAFETY)
+        self.settled.append(job)
+        recent = sorted(self.peaks[-16:])
+        self.typical_peak = (
+            int(statistics.median(recent) * PEAK_SAFETY) if len(recent) >= 4 else self.peak_job
+        )
         if job.admitted is not None:
             self.ramps.append(max(job.peak_at - job.admitted, SAMPLE_INTERVAL_S))
             self.ramp_s = statistics.median(self.ramps[-16:])
@@ -412,7 +445,7 @@ class Governor:
         running = [j for j in jobs if j.running]
         waiting = [j for j in jobs if j.stopped]
         headroom = min(self.budget - r.tree_rss, r.available - self.reserve)
-        peak = self._learned.peak_job
+        peak = self._learned.typical_peak or self._learned.peak_job
 
         if not running and waiting:
             # Never zero jobs: the oldest runs whatever memory says, or the build never ends.
@@ -428,18 +461,35 @@ class Governor:
                 f"RAM {self._ram_pct(r)}%, build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
                 f"{_gib(max(headroom, 0))} left → froze the newest job",
             )
-        elif waiting:
-            self._admit(now, r, running, waiting[0], headroom, peak)
+        else:
+            # As many as fit and are due this sample (the stagger can be shorter than a sample).
+            for job in waiting:
+                self._admit(now, r, running, job, headroom, peak)
+                if job.stopped:
+                    break
+                running.append(job)
         self._jobserver.set_jobs(self._token_jobs())
 
     def _admit(
         self, now: float, r: Reading, running: list[Job], job: Job, headroom: int, peak: int
     ) -> None:
         """Let the oldest waiting job run if its peak fits and the stagger interval has passed."""
-        # What running jobs still in their front end will add before they peak.
-        committed = sum(max(peak - j.rss, 0) for j in running if not j.past_peak)
+        # What the running jobs and this one will hold over the next time-to-peak, as the
+        # learned shape predicts: staggered jobs peak one after the other, and a job past its
+        # front end gives memory back, so the worst moment is what must fit, not all peaks.
+        self._learned.learn_plateau()
+        ramp = self._learned.ramp_s
+        worst = 0
+        for step in range(9):
+            ahead = ramp * 1.5 * step / 8
+            total = sum(
+                self._learned.predict(j, now - (j.admitted or now) + ahead, peak) - j.rss
+                for j in running
+            )
+            total += self._learned.predict(job, ahead, peak) - job.rss
+            worst = max(worst, total)
         need = 0 if job.past_peak else max(peak - job.rss, 0)
-        free = headroom - committed - self._guard
+        free = headroom - worst + need - self._guard
         pressure = self._pressure(r)
         if pressure or need > free:
             if len(running) < self.allowed:
