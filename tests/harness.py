@@ -33,6 +33,21 @@ STANDINS = (
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER_UID = 1000
 
+# What the driver step of a fresh Ubuntu 24.04 box with an H200 and nouveau loaded runs, as the
+# stand-ins record it (`FakeServer.commands()`).
+DRIVER_STEP = [
+    "apt-get update",
+    "apt-get linux-headers-6.8.0-49-generic",
+    "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    "cuda-keyring_1.1-1_all.deb",
+    "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb",
+    "apt-get update",
+    "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf",
+    "update-initramfs -u",
+    "apt-get nvidia-driver-pinning-580",
+    "apt-get nvidia-open",
+]
+
 ANSWERS = """version = 1
 [venv]
 path = "{venv}"

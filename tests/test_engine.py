@@ -6,20 +6,7 @@ import json
 import subprocess
 
 from steps.events import ActionFinished, ActionStarted, Failed, Finished, RebootNeeded
-from tests.harness import USER_UID, FakeServer, mode
-
-DRIVER_STEP = [
-    "apt-get update",
-    "apt-get linux-headers-6.8.0-49-generic",
-    "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
-    "cuda-keyring_1.1-1_all.deb",
-    "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb",
-    "apt-get update",
-    "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf",
-    "update-initramfs -u",
-    "apt-get nvidia-driver-pinning-580",
-    "apt-get nvidia-open",
-]
+from tests.harness import DRIVER_STEP, USER_UID, FakeServer, mode
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):

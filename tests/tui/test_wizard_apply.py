@@ -3,6 +3,8 @@ detached and followed through its event stream, as on a real machine."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from app.tui.app import WizardApp
@@ -12,22 +14,10 @@ from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
 from steps import events as ev
+from steps.engine import ApplyLock
 from steps.knowledge import knowledge
-from tests.harness import FakeServer, mode
+from tests.harness import DRIVER_STEP, FakeServer, mode
 from tests.tui.helpers import Recorder, shown, wait_until, walk_to_review
-
-DRIVER_STEP = [
-    "apt-get update",
-    "apt-get linux-headers-6.8.0-49-generic",
-    "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
-    "cuda-keyring_1.1-1_all.deb",
-    "dpkg /var/cache/mlsetup/cuda-keyring_1.1-1_all.deb",
-    "apt-get update",
-    "install /etc/modprobe.d/mlsetup-blacklist-nouveau.conf",
-    "update-initramfs -u",
-    "apt-get nvidia-driver-pinning-580",
-    "apt-get nvidia-open",
-]
 
 
 @pytest.fixture
@@ -80,6 +70,14 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
     assert answered.reboot and answered.exit_code == 0
     kinds = [type(m.event) for m in seen.of(app.feed.Event)]
     assert ev.RebootNeeded in kinds and kinds[-1] is ev.Finished
+
+    # the engine reports its end just before it exits: let it go before opening the wizard again,
+    # which would otherwise (rightly) attach to the apply still holding the lock
+    lock = ApplyLock(fake.root / "var/lib/mlsetup/apply.lock")
+    for _ in range(200):
+        if lock.holder() is None:
+            break
+        time.sleep(0.05)
 
     # after the reboot: `sudo mlsetup` opens on the Resume screen
     seen = Recorder()
