@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 
@@ -407,9 +408,12 @@ class Engine:
         owner = lookup_account(self.fs, action.user) if action.user else None
         for attempt in range(1, OOM_RETRIES + 2):
             governor = Governor(
-                self.emit, ceiling=ceiling, budget_bytes=build.limit_bytes(),
+                self.emit,
+                ceiling=ceiling,
+                budget_bytes=build.limit_bytes(),
                 reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
-                peak_job_bytes=int(target.recipe.peak_job_gib * GiB), action=action.id,
+                peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
+                action=action.id,
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
                 governor.share_with(owner.uid, owner.gid)
@@ -419,17 +423,30 @@ class Engine:
                 governor.attach(pid)
 
             with governor:
-                result = self.runner.run(action, log, extra_env=governor.env(),
-                                         on_line=governor.feed_line, on_start=govern)
+                result = self.runner.run(
+                    action,
+                    log,
+                    extra_env=governor.env(),
+                    on_line=governor.feed_line,
+                    on_start=govern,
+                )
             summary = governor.summary()
             diagnosis = diagnose(result.tail, result.exit_code, str(log))
-            if result.exit_code == 0 or diagnosis is None or diagnosis.id != "out-of-memory" \
-                    or attempt > OOM_RETRIES:
+            if (
+                result.exit_code == 0
+                or diagnosis is None
+                or diagnosis.id != "out-of-memory"
+                or attempt > OOM_RETRIES
+            ):
                 return result
             ceiling = max(1, summary.peak_jobs // 2)
-            self.emit(Notice(text=f"{action.id}: a compile job ran out of memory with "
-                                  f"{summary.peak_jobs} jobs; retrying with at most {ceiling} "
-                                  "(objects already compiled are kept)"))
+            self.emit(
+                Notice(
+                    text=f"{action.id}: a compile job ran out of memory with "
+                    f"{summary.peak_jobs} jobs; retrying with at most {ceiling} "
+                    "(objects already compiled are kept)"
+                )
+            )
         raise AssertionError("unreachable")
 
     def _publish(self, action: Action) -> None:
@@ -439,11 +456,21 @@ class Engine:
         if key is None:
             return
         built = self.fs.path(f"{build_dir(target.answer.name, target.answer.version)}/wheels")
-        copies = publish(self.fs, built, key, target.recipe.package, target.answer.version,
-                         self.req.answers.build.wheelhouse)
+        copies = publish(
+            self.fs,
+            built,
+            key,
+            target.recipe.package,
+            target.answer.version,
+            self.req.answers.build.wheelhouse,
+        )
         if copies:
-            self.emit(Notice(text=f"kept the {target.answer.name} wheel for reuse: "
-                                  + ", ".join(str(c.parent) for c in copies)))
+            self.emit(
+                Notice(
+                    text=f"kept the {target.answer.name} wheel for reuse: "
+                    + ", ".join(str(c.parent) for c in copies)
+                )
+            )
 
     def _wait_for_interrupted(self, action: Action) -> None:
         """A previous engine died while this action ran: let its process finish first."""
@@ -522,7 +549,10 @@ class Engine:
                 )
             )
             code = self._finish(EXIT_REBOOT, "reboot", "rebooting to load the NVIDIA driver")
-            self._command("reboot", "Reboot to load the NVIDIA driver", ["reboot"])
+            self._command(
+                "reboot",
+                Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"]),
+            )
             raise _Stop(code)
         self._save()
         why = (
@@ -547,31 +577,37 @@ class Engine:
         unit = (ASSETS_DIR / "systemd" / RESUME_UNIT).read_text()
         write_atomic(self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), unit, mode=0o644)
         self._command(
-            "resume-unit.enable",
-            "Resume mlsetup after the reboot",
-            ["systemctl", "enable", RESUME_UNIT],
+            "reboot",
+            Action(
+                id="resume-unit.enable",
+                title="Resume mlsetup after the reboot",
+                argv=["systemctl", "enable", RESUME_UNIT],
+            ),
         )
 
     def _remove_resume_unit(self) -> None:
         assert self.state is not None and self.state.reboot is not None
         self._command(
-            "resume-unit.disable",
-            "Remove the one-shot resume unit",
-            ["systemctl", "disable", RESUME_UNIT],
+            "reboot",
+            Action(
+                id="resume-unit.disable",
+                title="Remove the one-shot resume unit",
+                argv=["systemctl", "disable", RESUME_UNIT],
+            ),
         )
         self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}").unlink(missing_ok=True)
         self.state.reboot.unit_installed = False
 
-    def _command(self, action_id: str, title: str, argv: list[str]) -> int:
-        """An engine housekeeping command (not part of the plan), logged like any action."""
+    def _command(self, step: str, action: Action) -> Result | None:
+        """An engine housekeeping command (not part of the plan), logged and reported like any
+        action; None if it could not be started."""
         assert self.state is not None
-        action = Action(id=action_id, title=title, argv=argv)
-        log = self.paths.action_log(self.state.run_id, action_id)
+        log = self.paths.action_log(self.state.run_id, action.id)
         self.emit(
             ActionStarted(
-                step="reboot",
-                action=action_id,
-                title=title,
+                step=step,
+                action=action.id,
+                title=action.title,
                 command=action.command_line(),
                 log=str(log),
             )
@@ -579,18 +615,18 @@ class Engine:
         try:
             result = self.runner.run(action, log)
         except RunnerError as exc:
-            self.emit(Notice(text=f"{title}: {exc}"))
-            return 127
+            self.emit(Notice(text=f"{action.title}: {exc}"))
+            return None
         self.emit(
             ActionFinished(
-                step="reboot",
-                action=action_id,
+                step=step,
+                action=action.id,
                 status="done" if result.exit_code == 0 else "failed",
                 exit_code=result.exit_code,
                 elapsed=result.elapsed,
             )
         )
-        return result.exit_code
+        return result
 
     def _after_reboot(self) -> None:
         """Resuming after a reboot: did the machine really reboot, and is the driver loaded?"""
@@ -607,7 +643,7 @@ class Engine:
             )
             raise _Stop(self._finish(EXIT_REBOOT, "reboot", "still waiting for the reboot"))
         if record.driver_branch and not _driver_ok(facts, record.driver_branch):
-            self._driver_not_loaded(facts, record.driver_branch)
+            facts = self._driver_not_loaded(facts, record.driver_branch)
         self.emit(
             Notice(
                 text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
@@ -616,36 +652,38 @@ class Engine:
             )
         )
 
-    def _driver_not_loaded(self, facts: Facts, branch: int) -> None:
-        """Load the module by hand to learn why it did not load (Secure Boot, say)."""
+    def _driver_not_loaded(self, facts: Facts, branch: int) -> Facts:
+        """Load the module by hand: the machine as it is then if that worked; otherwise fail
+        with why it did not load (Secure Boot, say)."""
         assert self.state is not None
         action = Action(
             id="driver.load", title="Load the NVIDIA kernel module", argv=["modprobe", "nvidia"]
         )
-        log = self.paths.action_log(self.state.run_id, action.id)
-        result = self.runner.run(action, log)
+        result = self._command("driver", action)
         again = self._facts()
-        if result.exit_code == 0 and _driver_ok(again, branch):
-            return
+        if result is not None and result.exit_code == 0 and _driver_ok(again, branch):
+            return again
         found = (
             f"driver {facts.driver.version} is loaded"
             if facts.driver and facts.driver.loaded
             else "no NVIDIA driver is loaded"
         )
+        log = self.paths.action_log(self.state.run_id, action.id)
+        tail = result.tail if result else []
         self._fail(
             "driver",
             action,
-            result.exit_code,
+            result.exit_code if result else None,
             log,
             what=f"after the reboot {found}; expected branch {branch}",
-            diagnosis=diagnose(result.tail, result.exit_code, str(log))
+            diagnosis=diagnose(tail, result.exit_code if result else None, str(log))
             or Diagnosis(
                 "driver-not-loaded",
                 "The kernel did not load the NVIDIA module after the reboot.",
                 "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and "
                 "`dkms status`; then: " + RESUME_COMMAND,
             ),
-            tail=result.tail,
+            tail=tail,
         )
 
     # -- the end ------------------------------------------------------------------------------
@@ -659,7 +697,7 @@ class Engine:
         what: str,
         diagnosis: Diagnosis | None,
         tail: list[str] | None = None,
-    ) -> None:
+    ) -> NoReturn:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
         nxt = (
             diagnosis.next
