@@ -13,7 +13,8 @@ from pathlib import Path
 from steps.answers import Answers, load_answers
 from steps.errors import InputError, MlsetupError
 from steps.facts import Facts, load_facts
-from steps.plan import Plan, make_plan, observe_and_plan
+from steps.plan import Plan
+from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
 
 EXIT_INPUT = 2

@@ -46,7 +46,8 @@ from steps.facts import Facts, load_facts
 from steps.governor import GiB, Governor
 from steps.knowledge import ASSETS_DIR
 from steps.paths import Paths
-from steps.plan import STEP_ORDER, Action, Plan, Step, make_plan, observe_and_plan
+from steps.plan import STEP_ORDER, Action, Plan, Step
+from steps.planner import make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.runner import Result, Runner, RunnerError, lookup_account
@@ -65,6 +66,7 @@ from steps.wheels import BUILD_ROOT, build_dir, publish
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
 OOM_RETRIES = 2
+GOVERNOR_LESSONS = "governor-lessons.json"  # in the build tree, next to ninja's own record
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 RESUME_UNIT = "mlsetup-resume.service"
 REPORT_SCHEMA = "mlsetup.report/1"
@@ -401,8 +403,10 @@ class Engine:
 
     def _compile(self, action: Action, log: Path, started: Callable[[int], None]) -> Result:
         """Run a build under the memory governor; if a job still dies of memory, retry with
-        half the jobs it reached (the build tree keeps every object already compiled)."""
+        half the jobs it reached (the build tree keeps every object already compiled, and what
+        the governor learned of this build's jobs)."""
         target = self._target(action)
+        tree = self.fs.path(build_dir(target.answer.name, target.answer.version))
         build = self.req.answers.build
         ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
         owner = lookup_account(self.fs, action.user) if action.user else None
@@ -413,6 +417,7 @@ class Engine:
                 budget_bytes=build.limit_bytes(),
                 reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
                 peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
+                lessons_file=tree / GOVERNOR_LESSONS,
                 action=action.id,
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO

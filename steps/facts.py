@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from steps.errors import InputError, describe_validation_error
@@ -106,8 +107,6 @@ class Facts(_Strict):
     @property
     def compute_capabilities(self) -> list[str]:
         """Distinct known compute capabilities of the GPUs present, lowest first."""
-        from packaging.version import Version
-
         found = {g.compute_capability for g in self.gpus if g.compute_capability}
         return sorted(found, key=Version)
 

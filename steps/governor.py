@@ -16,6 +16,9 @@ then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many 
   shape predicts it (climb to the usual peak, fall to the learned plateau, then stay): staggered
   jobs peak one after another, and the plateau after the front end is what lets more jobs run
   than a static count.
+- What the jobs taught (their peaks, time to peak and plateau) is kept in a file in the build
+  tree, so a build resumed after a kill, or retried after an OOM, starts from what this very
+  build showed instead of the recipe's guess and does not start more jobs than fit.
 - Hard stop: should jobs outgrow that estimate and the memory left under the budget fall into
   the guard band, the newest running jobs are frozen (SIGSTOP, whole subtree) and thawed when
   memory recovers. The last running job is never frozen, and `stop()` thaws everything.
@@ -34,6 +37,7 @@ A build runs under it like this (`steps/engine.py` does it through the runner):
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -41,13 +45,14 @@ import statistics
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import psutil
 
 from steps.events import BuildProgress, Event, EventSink, MemorySample, Throttle
+from steps.state import write_atomic
 
 GiB = 2**30
 
@@ -75,6 +80,7 @@ PLATEAU_GUESS = 0.5
 # System-wide pressure (PSI `some avg10`, %) or swap growth that blocks new jobs.
 PSI_PRESSURE = 10.0
 SWAP_GROWTH_BYTES = 64 * 2**20
+LESSONS_KEPT = 16  # the most recent job peaks and ramps the typical values come from
 
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
@@ -128,6 +134,39 @@ class Summary:
     learned_peak_job_bytes: int
 
 
+@dataclass(frozen=True)
+class Lessons:
+    """What a build's jobs taught, as kept in its build tree between runs."""
+
+    peaks: tuple[int, ...]  # recent job peaks, bytes
+    ramps: tuple[float, ...]  # their times from start to peak, seconds
+    plateau: float  # what a job holds after its peak, as a share of the peak
+
+    def save(self, path: Path) -> None:
+        write_atomic(path, json.dumps(asdict(self)) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Lessons | None:
+        """The lessons kept at `path`; None when there are none or the file is unusable (a
+        guess is then as good as a damaged record)."""
+        try:
+            data = json.loads(path.read_text())
+            lessons = cls(
+                peaks=tuple(int(p) for p in data["peaks"]),
+                ramps=tuple(float(r) for r in data["ramps"]),
+                plateau=float(data["plateau"]),
+            )
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        usable = (
+            lessons.peaks
+            and all(p > 0 for p in lessons.peaks)
+            and all(r > 0 for r in lessons.ramps)
+            and 0 < lessons.plateau <= 1
+        )
+        return lessons if usable else None
+
+
 @dataclass
 class _Learned:
     """What finished front ends taught: the per-job peak and how long it takes to reach."""
@@ -135,13 +174,30 @@ class _Learned:
     peak_job: int
     ramp_s: float
     typical_peak: int = 0
-    plateau: float = PLATEAU_GUESS  # what a job holds after its peak, as a share of the peak
+    plateau: float = PLATEAU_GUESS
     peaks: list[int] = field(default_factory=list)
     ramps: list[float] = field(default_factory=list)
     settled: list[Job] = field(default_factory=list)  # past their peak: they teach the plateau
 
+    @classmethod
+    def starting_from(cls, peak_job: int, ramp_s: float, lessons: Lessons | None) -> _Learned:
+        """The recipe's guesses, or what an earlier run of the same build learned."""
+        learned = cls(peak_job=peak_job, ramp_s=ramp_s)
+        if lessons is not None:
+            learned.peaks, learned.ramps = list(lessons.peaks), list(lessons.ramps)
+            learned.plateau = lessons.plateau
+            learned._update()
+        return learned
+
+    def lessons(self) -> Lessons | None:
+        if not self.peaks:
+            return None
+        return Lessons(
+            tuple(self.peaks[-LESSONS_KEPT:]), tuple(self.ramps[-LESSONS_KEPT:]), self.plateau
+        )
+
     def learn_plateau(self) -> None:
-        shares = [j.rss / j.peak for j in self.settled[-16:] if j.peak and j.rss]
+        shares = [j.rss / j.peak for j in self.settled[-LESSONS_KEPT:] if j.peak and j.rss]
         if len(shares) >= 4:
             self.plateau = min(1.0, statistics.median(shares) * PEAK_SAFETY)
 
@@ -160,15 +216,19 @@ class _Learned:
 
     def job_passed_peak(self, job: Job) -> None:
         self.peaks.append(job.peak)
-        self.peak_job = int(max(self.peaks) * PEAK_SAFETY)
         self.settled.append(job)
-        recent = sorted(self.peaks[-16:])
+        if job.admitted is not None:
+            self.ramps.append(max(job.peak_at - job.admitted, SAMPLE_INTERVAL_S))
+        self._update()
+
+    def _update(self) -> None:
+        self.peak_job = int(max(self.peaks[-LESSONS_KEPT:]) * PEAK_SAFETY)
+        recent = self.peaks[-LESSONS_KEPT:]
         self.typical_peak = (
             int(statistics.median(recent) * PEAK_SAFETY) if len(recent) >= 4 else self.peak_job
         )
-        if job.admitted is not None:
-            self.ramps.append(max(job.peak_at - job.admitted, SAMPLE_INTERVAL_S))
-            self.ramp_s = statistics.median(self.ramps[-16:])
+        if self.ramps:
+            self.ramp_s = statistics.median(self.ramps[-LESSONS_KEPT:])
 
 
 class _Jobserver:
@@ -225,6 +285,7 @@ class Governor:
         reserve_bytes: int = 0,
         peak_job_bytes: int = int(4.5 * GiB),
         ramp_s: float = 40.0,
+        lessons_file: Path | None = None,
         action: str = "build",
     ) -> None:
         """`ceiling`: jobs never exceeded (answers build.max_jobs; None = the logical CPUs).
@@ -233,7 +294,10 @@ class Governor:
         `reserve_bytes`: RAM the machine keeps whatever the budget (build.memory_reserve).
         `peak_job_bytes`, `ramp_s`: first guesses at one job's peak RSS and at how long it takes
         to reach it (recipe.peak_job_gib; ~45 s measured for flash-attn), replaced by what the
-        jobs of this build show."""
+        jobs of this build show.
+        `lessons_file`: where this build's lessons are kept (in its build tree): read at the
+        start in place of those guesses when an earlier run left some, rewritten each time a
+        job passes its peak, so that even a killed run leaves them."""
         self._sink = sink
         self.ceiling = max(1, ceiling or os.cpu_count() or 1)
         self.reserve = reserve_bytes
@@ -243,7 +307,10 @@ class Governor:
             else psutil.virtual_memory().available - reserve_bytes
         )
         self._guard = int(self.budget * GUARD_FRACTION)
-        self._learned = _Learned(peak_job=peak_job_bytes, ramp_s=ramp_s)
+        self._lessons_file = lessons_file
+        self._learned = _Learned.starting_from(
+            peak_job_bytes, ramp_s, Lessons.load(lessons_file) if lessons_file else None
+        )
         self._action = action
         # The start: as many jobs as fit if all peaked at once (what a static MAX_JOBS would
         # pick); decisions move it from there.
@@ -420,7 +487,7 @@ class Governor:
                 and total <= PEAK_FALLBACK * job.peak
             ):
                 job.past_peak = True
-                self._learned.job_passed_peak(job)
+                self._learn_from(job)
         return sum(rss.values())
 
     @staticmethod
@@ -436,7 +503,14 @@ class Governor:
     def _job_ended(self, job: Job) -> None:
         # A job that never fell back from its peak still taught us that peak.
         if not job.past_peak and job.peak >= PEAK_NEAR * self._learned.peak_job:
-            self._learned.job_passed_peak(job)
+            self._learn_from(job)
+
+    def _learn_from(self, job: Job) -> None:
+        self._learned.job_passed_peak(job)
+        lessons = self._learned.lessons()
+        if self._lessons_file is not None and lessons is not None:
+            with contextlib.suppress(OSError):  # a lesson not kept costs a guess, not the build
+                lessons.save(self._lessons_file)
 
     # -- deciding -----------------------------------------------------------------------------
 

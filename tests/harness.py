@@ -13,7 +13,7 @@ from pathlib import Path
 
 from steps.events import Event, event_from_json
 from steps.runner import PASSTHROUGH, PASSTHROUGH_PREFIXES
-from tests.conftest import FIXTURES, REPO
+from tests.common import FIXTURES, REPO
 from tests.fakemachine import FakeMachine
 from tests.wheels import torch_index
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.common import REPO
 from tests.harness import FakeServer
 
 pytest.importorskip("ansible", reason="ansible-core is a test extra: pip install -e .[test]")

@@ -8,7 +8,7 @@ import pytest
 
 from steps.answers import Answers, answers_from_toml, load_answers
 from steps.errors import InputError
-from tests.conftest import MACHINES, REPO, run_cli
+from tests.common import MACHINES, REPO, run_cli
 
 EXAMPLE = REPO / "assets" / "answers.example.toml"
 H200 = MACHINES / "h200-ubuntu2404.json"

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
+import signal
 import subprocess
+import threading
+import time
 
-from steps.events import ActionFinished, ActionStarted, Failed, Finished, RebootNeeded
+from app.cli import run
+from steps.engine import ApplyLock
+from steps.events import (
+    ActionFinished,
+    ActionStarted,
+    Failed,
+    Finished,
+    Notice,
+    RebootNeeded,
+    RunStarted,
+)
+from steps.rootfs import RootFS
+from steps.venvstate import probe_venv
+from tests.common import MACHINES
 from tests.harness import DRIVER_STEP, USER_UID, FakeServer, mode
 
 
@@ -130,8 +149,6 @@ def test_events_tell_the_whole_story(server: FakeServer):
 
 
 def _wait_for(predicate, timeout: float = 60.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -139,8 +156,6 @@ def _wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 def _engine_pid(server: FakeServer) -> int:
-    from steps.events import RunStarted
-
     return [e for e in server.events() if isinstance(e, RunStarted)][-1].pid
 
 
@@ -164,9 +179,6 @@ def _finish(server: FakeServer) -> subprocess.CompletedProcess:
 def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: FakeServer):
     """kill -9 of the engine while a step's action runs; the re-run finishes the job and no
     action that had finished before a kill runs again."""
-    import os
-    import signal
-
     server.script(
         {
             "apt-get linux-headers-6.8.0-49-generic": {"sleep": 1.5},
@@ -209,8 +221,6 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
             finished_at.setdefault(e.action, i)
     for action in kill_in:  # each interrupted one ran at most once more (or its orphaned
         assert starts[action] <= 2, action  # process finished it and the re-probe saw that)
-    from steps.rootfs import RootFS
-    from steps.venvstate import probe_venv
 
     venv = probe_venv(RootFS(server.root), str(server.venv))
     assert venv is not None
@@ -219,16 +229,11 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
 
 
 def _lock_free(server: FakeServer) -> bool:
-    from steps.engine import ApplyLock
-
     return ApplyLock(server.root / "var/lib/mlsetup/apply.lock").holder() is None
 
 
 def _hold_dpkg_lock(server: FakeServer) -> int:
     """Hold the dpkg frontend lock as unattended-upgrades does after boot; returns the fd."""
-    import fcntl
-    import os
-
     lock = server.root / "var/lib/dpkg/lock-frontend"
     lock.parent.mkdir(parents=True)
     lock.touch()
@@ -238,10 +243,6 @@ def _hold_dpkg_lock(server: FakeServer) -> int:
 
 
 def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
-    import os
-    import threading
-    import time
-
     server.machine.driver_loaded("580.105.08")
     fd = _hold_dpkg_lock(server)
     release = threading.Timer(2.0, lambda: os.close(fd))
@@ -254,8 +255,6 @@ def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
 
 
 def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):
-    import os
-
     server.machine.driver_loaded("580.105.08")
     fd = _hold_dpkg_lock(server)
     try:
@@ -280,9 +279,6 @@ def test_interrupted_dpkg_is_reported_with_the_fix(server: FakeServer):
 
 
 def test_viewer_killed_engine_finishes_and_attach_replays(server: FakeServer):
-    import os
-    import signal
-
     server.machine.driver_loaded("580.105.08")
     server.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
     viewer = server.popen("apply", "--answers", str(server.answers))
@@ -314,15 +310,12 @@ def test_attach_follows_a_running_apply_live(server: FakeServer):
 
 
 def test_second_apply_while_one_runs_exits_4(server: FakeServer):
-    from steps.engine import ApplyLock
-
     lock = ApplyLock(server.root / "var/lib/mlsetup/apply.lock")
     lock.acquire()
     try:
         run = server.mlsetup("apply", "--answers", str(server.answers))
     finally:
         lock.release()
-    import os
 
     assert run.returncode == 4
     assert f"pid {os.getpid()}" in run.stderr and "mlsetup attach" in run.stderr
@@ -383,9 +376,7 @@ def test_dry_run_executes_nothing_and_writes_nothing(server: FakeServer):
 
 
 def test_apply_without_root_exits_3():
-    import os
 
-    from app.cli import run
 
     pid = os.fork()
     if pid == 0:
@@ -394,7 +385,6 @@ def test_apply_without_root_exits_3():
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            from tests.conftest import MACHINES
 
             try:
                 run(["apply", "--answers", str(MACHINES.parent / "answers.example.toml")])
@@ -426,8 +416,6 @@ def test_a_second_venv_gets_the_extension_from_the_wheel_cache(server: FakeServe
 
 
 def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_factory):
-    import os
-
     wheelhouse = server.base / "wheelhouse"
     wheelhouse.mkdir()
     os.chmod(wheelhouse, 0o755)
@@ -437,7 +425,6 @@ def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_fac
     published = list(wheelhouse.glob("tinyext-0.1.0_torch-2.14.0+cu130_py*_archs-native/*.whl"))
     assert len(published) == 1
     # a machine without that wheel in its own cache installs it from the wheelhouse
-    import shutil
 
     shutil.rmtree(server.root / "var/cache/mlsetup/wheels")
     server.write_answers(venv="~/other-env", extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
@@ -448,8 +435,6 @@ def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_fac
 
 
 def test_compile_killed_for_memory_is_retried_keeping_its_objects(server: FakeServer):
-    from steps.events import Notice
-
     server.machine.driver_loaded("580.105.08")
     server.write_answers(extension="flakyext")
     run = server.mlsetup("apply", "--answers", str(server.answers))

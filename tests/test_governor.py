@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from steps.events import BuildProgress, Event, MemorySample, Throttle
-from steps.governor import MAX_JOBS_UNDER_GOVERNOR, Governor
+from steps.governor import MAX_JOBS_UNDER_GOVERNOR, Governor, Lessons
 
 NINJA = Path(sys.executable).parent / "ninja"
 JOB = Path(__file__).resolve().parent / "bench" / "synthetic_job.py"
@@ -174,6 +174,56 @@ def test_tiny_budget_freezes_the_newest_jobs_and_thaws_them(tmp_path: Path) -> N
     assert summary.learned_peak_job_bytes >= 120 * MiB
     # Frozen jobs stop growing, so the tree stays within a job's growth of the budget.
     assert summary.peak_rss_bytes < 300 * MiB + 120 * MiB
+
+
+def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path) -> None:
+    # The recipe guesses 8 MiB a job; the jobs reach 100 MiB. The first run learns it the hard
+    # way (it starts as many jobs as the guess allows and must freeze them); the lessons it
+    # leaves in the build tree make the next run start only as many as really fit.
+    lessons = tmp_path / "tree" / "governor-lessons.json"
+    lessons.parent.mkdir()
+    first = Governor(
+        ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB, ramp_s=0.05,
+        lessons_file=lessons,
+    )
+    assert first.allowed == 4  # 300 MiB / 8 MiB, capped by the ceiling
+    (tmp_path / "one").mkdir()
+    rc, _ = build(tmp_path / "one", first, jobs=4, peak_mib=100, ramp=0.5)
+    assert rc == 0 and first.summary().freezes >= 1
+    assert oct(lessons.stat().st_mode & 0o777) == "0o600"
+    kept = Lessons.load(lessons)
+    assert kept is not None and len(kept.peaks) >= 2
+    assert all(95 * MiB <= p <= 140 * MiB for p in kept.peaks), kept.peaks
+    assert all(0.2 <= r <= 2.0 for r in kept.ramps), kept.ramps
+
+    events: list[Event] = []
+    again = Governor(
+        events.append, ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB,
+        ramp_s=0.05, lessons_file=lessons,
+    )
+    assert again.allowed == 2  # (300 MiB - guard) / (the learned peak + 5%)
+    (tmp_path / "two").mkdir()
+    rc, _ = build(tmp_path / "two", again, jobs=4, peak_mib=100, ramp=0.5)
+    assert rc == 0
+    # it went on learning: the lessons now also hold this run's jobs
+    assert len(Lessons.load(lessons).peaks) > len(kept.peaks)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "{", '{"peaks": [], "ramps": [], "plateau": 0.5}',
+     '{"peaks": [-5], "ramps": [1.0], "plateau": 0.5}', '{"peaks": [5], "ramps": [1.0]}',
+     '{"peaks": ["x"], "ramps": [1.0], "plateau": 0.5}',
+     '{"peaks": [5], "ramps": [1.0], "plateau": 3}'],
+)
+def test_damaged_lessons_are_ignored_for_the_recipe_guess(tmp_path: Path, text: str) -> None:
+    lessons = tmp_path / "governor-lessons.json"
+    lessons.write_text(text)
+    gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB,
+                   lessons_file=lessons)
+    gov.stop()
+    assert Lessons.load(lessons) is None
+    assert gov.allowed == 7  # (800 MiB - guard) / 100 MiB: the recipe's guess
 
 
 def test_stop_thaws_every_frozen_job(tmp_path: Path) -> None:

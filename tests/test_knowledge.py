@@ -9,7 +9,7 @@ import sys
 from packaging.version import Version
 
 from steps.knowledge import ASSETS_DIR, knowledge
-from tests.conftest import REPO
+from tests.common import REPO
 
 REQUIRED_GPUS = [
     "A100",

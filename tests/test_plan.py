@@ -7,10 +7,13 @@ import json
 import pytest
 
 from steps.answers import answers_from_toml
+from steps.choices import choose
+from steps.extensions import wanted_wheels
 from steps.facts import load_facts
-from steps.plan import STEP_ORDER, make_plan
+from steps.plan import STEP_ORDER
+from steps.planner import make_plan
 from steps.venvstate import VenvState
-from tests.conftest import MACHINES, run_cli
+from tests.common import MACHINES, run_cli
 
 RTX = MACHINES / "rtx-pro-6000-ubuntu2404.json"
 H200 = MACHINES / "h200-ubuntu2404.json"
@@ -190,14 +193,11 @@ def test_small_disk_and_memory_ceiling(tmp_path):
     plan = plan_for(path, FLASH_ATTN)
     assert any("/usr/local has 2.0 GiB free" in w for w in plan.warnings)
     build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
-    # (30 GiB - 10% of 32 GiB) / 4.5 GiB per job = 5 jobs, although there are 224 cores
-    assert build.env["MAX_JOBS"] == "5"
+    # (30 GiB - 10% of 32 GiB) / 6.5 GiB per job = 4 jobs, although there are 224 cores
+    assert build.env["MAX_JOBS"] == "4"
 
 
 def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
-    from steps.choices import choose
-    from steps.extensions import wanted_wheels
-
     facts = load_facts(H200)
     answers = answers_from_toml(FLASH_ATTN, "t")
     venv = VenvState(path="/root/ml-env", python_version="3.12.3",

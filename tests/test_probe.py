@@ -15,7 +15,7 @@ import pytest
 from steps.facts import Facts, facts_from_json
 from steps.probe import NVML_SNAPSHOT_ENV, probe
 from steps.rootfs import RootFS
-from tests.conftest import FIXTURES, run_cli
+from tests.common import FIXTURES, run_cli
 from tests.fakemachine import FakeMachine
 
 H200_NVML = FIXTURES / "h200-nvml.json"  # NVML as read on the real H200 server

@@ -19,9 +19,17 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from app.tui.controllers import SummaryController
 from app.tui.feed import EngineFeed, engine_log_tail, follow_run
 from app.tui.glyphs import Glyphs, plain_terminal
 from app.tui.runmodel import RunModel
+from app.tui.screens.machine import MachineScreen
+from app.tui.screens.modals import HelpScreen, RebootScreen, SaveScreen
+from app.tui.screens.resume import ResumeScreen
+from app.tui.screens.review import ReviewScreen
+from app.tui.screens.run import RunScreen
+from app.tui.screens.step import StepScreen
+from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Opening, Session
 from steps import events as ev
 from steps.engine import ApplyRequest, Engine
@@ -29,6 +37,8 @@ from steps.errors import MlsetupError
 from steps.knowledge import ASSETS_DIR
 from steps.paths import Paths
 from steps.plan import Action
+from steps.runner import Runner, RunnerError
+from steps.service import start_detached
 from steps.state import State
 
 FLUSH_INTERVAL = 1 / 20  # seconds between two batches of output lines
@@ -117,9 +127,6 @@ class WizardApp(App[int]):
         if self.glyphs.plain:
             self.add_class("-plain")
         self.set_interval(FLUSH_INTERVAL, self.feed.flush)
-        from app.tui.screens.machine import MachineScreen
-        from app.tui.screens.resume import ResumeScreen
-
         if self.opening == "attach":
             self.attach()
         elif self.opening == "resume" and self.state is not None:
@@ -130,33 +137,21 @@ class WizardApp(App[int]):
     # -- navigation ---------------------------------------------------------------------------
 
     def next_from(self, where: str) -> None:
-        from app.tui.screens.review import ReviewScreen
-        from app.tui.screens.step import StepScreen
-
         target = NEXT[where]
         self.push_screen(ReviewScreen() if target == "review" else StepScreen(target))
 
     def show_summary(self) -> None:
-        from app.tui.screens.summary import SummaryScreen
-
         self.push_screen(SummaryScreen())
 
     def _show_run(self, attached: bool = False) -> None:
-        from app.tui.screens.run import RunScreen
-
         self.run_screen = RunScreen(attached=attached)
         self.push_screen(self.run_screen)
 
     def action_help(self) -> None:
-        from app.tui.screens.modals import HelpScreen
-
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def action_save_answers(self) -> None:
-        from app.tui.screens.modals import SaveScreen
-        from app.tui.screens.summary import SummaryScreen
-
         if isinstance(self.screen, SummaryScreen):
             self.screen.action_save()
             return
@@ -164,8 +159,6 @@ class WizardApp(App[int]):
         def saved(raw: str | None) -> None:
             if raw is None:
                 return
-            from app.tui.controllers import SummaryController
-
             path, text = SummaryController(self.session, self.model).save(raw)
             self.notify(text, severity="information" if path else "error", timeout=8)
             if path is not None:
@@ -200,8 +193,6 @@ class WizardApp(App[int]):
         self.follow(None)
 
     def _detached(self, how: str, args: list[str]) -> None:
-        from steps.service import start_detached
-
         self.engine_how = how
         ticket = start_detached(self.session.fs, args)
         self.post_message(self.EngineStarted(how, args, ticket))
@@ -268,8 +259,6 @@ class WizardApp(App[int]):
             return
         if reboot.policy == "ask" and not self.reboot_asked:
             self.reboot_asked = True
-            from app.tui.screens.modals import RebootScreen
-
             self.push_screen(
                 RebootScreen(
                     f"The NVIDIA driver is installed ({reboot.action}); it loads after a reboot."
@@ -294,8 +283,6 @@ class WizardApp(App[int]):
     @work(thread=True, exclusive=True, group="reboot")
     def reboot_now(self) -> None:
         """`reboot`, through the one runner every command goes through (logged like one)."""
-        from steps.runner import Runner, RunnerError
-
         s = self.session
         log = Paths(s.fs).action_log(self.model.run_id or "wizard", "reboot")
         action = Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"])

@@ -14,7 +14,9 @@ from app.tui.widgets.fields import FieldSpec
 from steps.engine import RESUME_COMMAND
 from steps.facts import Facts
 from steps.knowledge import knowledge
-from steps.plan import Plan, Step
+from steps.paths import Paths
+from steps.plan import Action, Plan, Step
+from steps.runner import Runner, RunnerError
 from steps.state import State
 from steps.warnings import machine_warnings
 
@@ -358,8 +360,6 @@ class SummaryController:
     def logs(self) -> str | None:
         if self.model.dry_run or not self.model.run_id:
             return None
-        from steps.paths import Paths
-
         return str(Paths(self.session.fs).log_dir / self.model.run_id)
 
     def activate(self) -> str:
@@ -400,10 +400,6 @@ class SummaryController:
         return self._torch_smoke() + self.engine_smoke()
 
     def _torch_smoke(self) -> list[str]:
-        from steps.paths import Paths
-        from steps.plan import Action
-        from steps.runner import Runner, RunnerError
-
         choices = self.session.choices()
         imports = [] if self.engine_smoke() else self.smoke_imports()
         action = Action(

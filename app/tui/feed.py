@@ -11,6 +11,7 @@ dropped from the pane (never from the log file on disk).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -90,8 +91,6 @@ def follow_run(
 ) -> Iterator[ev.Event]:
     """The events of the run carrying `ticket` (None: the current run, from its start)
     until its Finished event; ends early if the engine is gone or `cancelled()`."""
-    import time
-
     paths = Paths(fs)
     lock = ApplyLock(paths.lock)
     started = time.monotonic()

@@ -18,12 +18,16 @@ from steps.answers import Answers, load_answers
 from steps.choices import Choices, choose
 from steps.engine import ApplyLock
 from steps.errors import describe_validation_error
+from steps.extensions import wanted_wheels
 from steps.facts import Facts, load_facts
 from steps.paths import STATE_DIR, Paths
-from steps.plan import Plan, make_plan
+from steps.plan import Plan
+from steps.planner import make_plan
+from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.state import CorruptState, State, load_state, write_atomic
 from steps.venvstate import VenvState, probe_venv
+from steps.wheels import find_wheels
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
 DEFAULT_SAVE = "./mlsetup-answers.toml"
@@ -100,8 +104,6 @@ class Session:
         if facts is not None:
             found, notes = load_facts(facts), []
         else:
-            from steps.probe import probe
-
             result = probe(fs)
             found, notes = result.facts, result.notes
         return cls(
@@ -125,13 +127,10 @@ class Session:
         return probe_venv(self.fs, self.choices().venv_path)
 
     def plan(self) -> Plan:
-        """The plan `mlsetup plan` prints for these answers (steps.plan.observe_and_plan, on
+        """The plan `mlsetup plan` prints for these answers (steps.planner.observe_and_plan, on
         the facts probed when the wizard opened)."""
         if self.facts_file is not None:
             return make_plan(self.facts, self.answers)
-        from steps.extensions import wanted_wheels
-        from steps.wheels import find_wheels
-
         choices = self.choices()
         venv = probe_venv(self.fs, choices.venv_path)
         wheels = find_wheels(self.fs, self.answers.build.wheelhouse, wanted_wheels(choices, venv))
@@ -237,8 +236,6 @@ class Session:
     def reprobe(self) -> Facts:
         """The machine again (after a reboot): driver loaded, which version."""
         if self.facts_file is None:
-            from steps.probe import probe
-
             self.facts = probe(self.fs).facts
         return self.facts
 

@@ -13,7 +13,7 @@ from textual.widgets import Input, Log, Static
 
 from app.tui.app import WizardApp
 from app.tui.session import Session
-from tests.conftest import MACHINES
+from tests.common import MACHINES
 
 
 def machine(name: str) -> Path:

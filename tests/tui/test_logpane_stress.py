@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tests.conftest import REPO
+from tests.common import REPO
 
 
 async def test_50000_lines_at_full_speed_keep_keys_answered_and_memory_bounded():

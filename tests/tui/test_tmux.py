@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.common import REPO
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -12,7 +12,7 @@ from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.widgets.fields import ChoiceField
 from steps import events as ev
-from tests.conftest import run_cli
+from tests.common import run_cli
 from tests.tui.helpers import Recorder, dry_session, machine, shown, wait_until, walk_to_review
 
 

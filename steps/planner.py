@@ -1,0 +1,56 @@
+"""The planner: Facts + Answers (+ what is in the venv and the wheel cache) in, Plan out.
+
+`make_plan` is pure. It asks each step module, in the fixed order driver, toolkit, venv,
+extensions, whether the step is satisfied and, if not, which actions would satisfy it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from steps import driver, extensions, toolkit
+from steps import venv as venv_step
+from steps.answers import Answers
+from steps.choices import Choices, choose
+from steps.extensions import wanted_wheels
+from steps.facts import Facts
+from steps.plan import Plan, Step
+from steps.probe import probe
+from steps.rootfs import RootFS
+from steps.venvstate import VenvState, probe_venv
+from steps.wheels import find_wheels
+
+
+def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
+              wheels: Mapping[str, str] | None = None) -> Plan:
+    """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
+    earlier (steps.wheels.find_wheels). Both None for a machine that is not this one."""
+    choices: Choices = choose(facts, answers)
+    steps = [
+        driver.plan(facts, answers, choices),
+        toolkit.plan(facts, answers, choices),
+        venv_step.plan(facts, answers, choices, venv),
+        extensions.plan(facts, answers, choices, venv, wheels or {}),
+    ]
+    steps = _share_repo_setup(steps)
+    return Plan(warnings=list(choices.warnings), steps=steps)
+
+
+def _share_repo_setup(steps: list[Step]) -> list[Step]:
+    """NVIDIA's repo is set up once, by the first pending step that needs it."""
+    seen: set[str] = set()
+    out = []
+    for step in steps:
+        kept = [a for a in step.actions if not (a.id.startswith("nvidia-repo.") and a.id in seen)]
+        seen.update(a.id for a in kept)
+        out.append(step.model_copy(update={"actions": kept}))
+    return out
+
+
+def observe_and_plan(fs: RootFS, answers: Answers) -> tuple[Facts, Plan]:
+    """Probe this machine (its venv and the wheels built earlier too) and plan for it."""
+    facts = probe(fs).facts
+    choices = choose(facts, answers)
+    venv = probe_venv(fs, choices.venv_path)
+    wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv))
+    return facts, make_plan(facts, answers, venv, wheels)
