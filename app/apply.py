@@ -15,7 +15,7 @@ from steps.errors import AlreadyRunningError, InputError, NeedsRootError
 from steps.events import Finished, RunStarted, follow
 from steps.paths import Paths
 from steps.rootfs import RootFS
-from steps.service import start_detached
+from steps.service import start_detached, take_handover
 from steps.state import CorruptState, load_state
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
@@ -37,6 +37,9 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
                 "--resume: there is no unfinished run to resume; "
                 "start one with: sudo mlsetup apply --answers FILE"
             )
+        # The run goes on in the environment it started in (the invoking user, proxies,
+        # mlsetup's settings), whoever resumes it: at boot, the resume unit has none of it.
+        os.environ.update(state.environment)
         text, origin = state.answers_toml, state.answers_path
     elif args.answers is None:
         raise InputError(
@@ -64,6 +67,8 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
 
 def apply(args: argparse.Namespace) -> int:
     fs = RootFS(args.root)
+    if args.ticket is not None:  # the detached engine: first the environment it was started in
+        take_handover(fs, args.ticket)
     request = _request(args, fs)
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()

@@ -50,7 +50,8 @@ from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
-from steps.runner import Result, Runner, RunnerError, lookup_account
+from steps.runner import Result, Runner, RunnerError, carried_environment, lookup_account
+from steps.service import systemd_booted
 from steps.state import (
     ActionRecord,
     CorruptState,
@@ -148,11 +149,6 @@ def already_running_message(pid: int | None) -> str:
     )
 
 
-def systemd_booted(fs: RootFS) -> bool:
-    """systemd is PID 1 (sd_booted(3): /run/systemd/system exists)."""
-    return fs.path("/run/systemd/system").is_dir()
-
-
 class Engine:
     choices: Choices  # the decisions for the step being run, made when it starts
 
@@ -237,6 +233,7 @@ class Engine:
                     phase="running",
                     answers_toml=self.req.answers_toml,
                     answers_path=self.req.answers_path,
+                    environment=carried_environment(os.environ),
                 )
             self._open_event_log(self.state.run_id)
         run_id = self.state.run_id if self.state else "dry-run"

@@ -26,6 +26,11 @@ class Paths:
     def report(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/report.json")
 
+    def handover(self, ticket: str) -> Path:
+        """The environment a detached engine is started with (root-only; it takes and removes
+        it): not on its command line or in a unit's properties, which every user can read."""
+        return self.fs.path(f"{STATE_DIR}/environment-{ticket}.json")
+
     @property
     def lock(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/apply.lock")

@@ -37,7 +37,16 @@ PASSTHROUGH = (
     "CURL_CA_BUNDLE",
 )
 PASSTHROUGH_PREFIXES = ("UV_", "PIP_")
+# What a run keeps of the environment it was started in, for its whole life: a detached start
+# (a systemd unit begins with a bare environment) and the resume unit after a reboot must still
+# see the invoking user, the operator's PATH, proxies and index settings, and mlsetup's settings.
+CARRIED = (*PASSTHROUGH, "SUDO_USER", "PATH")
+CARRIED_PREFIXES = (*PASSTHROUGH_PREFIXES, "MLSETUP_")
 TAIL_LINES = 200
+
+
+def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in CARRIED or k.startswith(CARRIED_PREFIXES)}
 
 
 @dataclass(frozen=True)

@@ -4,21 +4,32 @@ Under systemd (PID 1) the engine runs as a transient unit, which also keeps its
 output in the journal; elsewhere (containers, some VMs) it is a detached
 process in a session of its own. Either way, killing the viewer never kills the
 work: the viewer only reads the event stream.
+
+A unit starts with systemd's bare environment, so the environment the run needs
+(steps.runner.carried_environment: the invoking user, PATH, proxies, mlsetup's
+settings) is handed over in a root-only file the engine takes at its start.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 from steps.paths import Paths
 from steps.rootfs import RootFS
+from steps.runner import carried_environment
+from steps.state import write_atomic
 
 UNIT = "mlsetup-apply"
+
+
+def systemd_booted(fs: RootFS) -> bool:
+    """systemd is PID 1 (sd_booted(3): /run/systemd/system exists)."""
+    return fs.path("/run/systemd/system").is_dir()
 
 
 def engine_argv(args: list[str]) -> list[str]:
@@ -32,8 +43,9 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     argv = [*engine_argv(args), "--ticket", ticket]
     paths = Paths(fs)
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
     systemd_run = shutil.which("systemd-run")
-    if fs.is_host and systemd_run and Path("/run/systemd/system").is_dir():
+    if systemd_run and systemd_booted(fs):
         subprocess.run(
             [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet", *argv],
             check=True,
@@ -53,3 +65,14 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     )
     log.close()
     return ticket
+
+
+def take_handover(fs: RootFS, ticket: str) -> None:
+    """In the detached engine: restore the environment its starter handed over."""
+    path = Paths(fs).handover(ticket)
+    try:
+        environment = json.loads(path.read_text())
+    except FileNotFoundError:
+        return  # started by hand with a --ticket of its own: its environment is its own
+    path.unlink()
+    os.environ.update(environment)

@@ -48,6 +48,9 @@ class State(BaseModel):
     phase: Literal["running", "reboot", "failed", "done"]
     answers_toml: str
     answers_path: str | None
+    # The environment the run started in (steps.runner.carried_environment), restored when it
+    # resumes: the resume unit after a reboot starts with systemd's bare one.
+    environment: dict[str, str] = Field(default_factory=dict)
     plan: dict | None = None
     actions: dict[str, ActionRecord] = Field(default_factory=dict)
     reboot: RebootRecord | None = None

@@ -29,6 +29,7 @@ STANDINS = (
     "systemctl",
     "reboot",
     "nvcc",
+    "systemd-run",
 )
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER_UID = 1000

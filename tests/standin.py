@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -144,6 +145,28 @@ def modprobe() -> int:
     return 0
 
 
+def systemd_run() -> int:
+    """A transient unit: the command runs detached, from /, in the environment systemd gives a
+    service (its default PATH and what --setenv says), none of the caller's."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    argv = list(ARGS)
+    while argv and argv[0].startswith("--"):
+        option = argv.pop(0)
+        if option.startswith("--setenv="):
+            key, _, value = option.removeprefix("--setenv=").partition("=")
+            env[key] = value
+    subprocess.Popen(
+        argv,
+        env=env,
+        cwd="/",
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return 0
+
+
 def main() -> int:
     log("start")
     behaviour = scripted()
@@ -168,6 +191,8 @@ def main() -> int:
         code = 0
     elif NAME == "reboot":
         code = reboot()
+    elif NAME == "systemd-run":
+        code = systemd_run()
     elif NAME == "modprobe":
         code = modprobe()
     elif NAME == "mokutil":

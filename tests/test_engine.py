@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -25,7 +26,7 @@ from steps.events import (
 from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
 from tests.common import MACHINES
-from tests.harness import DRIVER_STEP, USER_UID, FakeServer, mode
+from tests.harness import DRIVER_STEP, SYSTEM_PATH, USER_UID, FakeServer, mode
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):
@@ -333,22 +334,46 @@ def test_corrupt_state_is_kept_aside_and_reported(server: FakeServer):
     assert f"kept it at {kept[0]}" in run.stdout
 
 
-def test_auto_reboot_installs_a_one_shot_resume_unit(server: FakeServer):
+def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_run(
+    server: FakeServer,
+):
     (server.root / "run/systemd/system").mkdir(parents=True)
     server.write_answers(policy="auto")
-    first = server.mlsetup("apply", "--answers", str(server.answers))
+    # harmless stand-ins for an operator's proxy and index settings (a real proxy would be
+    # used by uv here): carried the same way
+    first = server.mlsetup(
+        "apply", "--answers", str(server.answers),
+        no_proxy="mirror.internal.example", UV_HTTP_TIMEOUT="61",
+    )
     assert first.returncode == 10, first.stdout
+    # the engine ran as a transient unit, which starts with systemd's bare environment: what the
+    # run needs was handed over in a root-only file, never on a command line or in the unit
+    [unit_start] = [c for c in server.calls() if c["cmd"] == "systemd-run"]
+    assert unit_start["args"][0].startswith("--unit=mlsetup-apply-")
+    assert not any("mluser" in a or "mirror" in a or "61" in a for a in unit_start["args"][:-1])
+    assert not list((server.root / "var/lib/mlsetup").glob("environment-*"))  # taken
+    kept = server.state_file()["environment"]
+    assert kept["SUDO_USER"] == "mluser" and kept["no_proxy"] == "mirror.internal.example"
+    assert kept["UV_HTTP_TIMEOUT"] == "61" and kept["PATH"].startswith(str(server.bin))
+    assert mode(server.root / "var/lib/mlsetup/state.json") == 0o600
     # the engine reports the pause, then reboots: the viewer may be back before the reboot ran
     _wait_for(lambda: _lock_free(server))
     unit = server.root / "etc/systemd/system/mlsetup-resume.service"
     assert "ExecStart=/usr/local/bin/mlsetup apply --resume --foreground" in unit.read_text()
     assert server.commands()[-2:] == ["systemctl mlsetup-resume.service", "reboot"]
-    # the machine rebooted (the stand-in did it); systemd starts the enabled unit
+    # the machine rebooted (the stand-in did it); systemd starts the enabled unit, with no
+    # SUDO_USER, no proxy, no PATH to the stand-ins: the run's own environment comes back
     wants = server.root / "etc/systemd/system/multi-user.target.wants/mlsetup-resume.service"
     assert wants.exists()
-    boot = server.mlsetup("apply", "--resume", "--foreground")
-    assert boot.returncode == 0, boot.stdout
+    boot = subprocess.run(
+        [sys.executable, "-m", "app.cli", "apply", "--resume", "--foreground",
+         "--root", str(server.root)],
+        capture_output=True, text=True, env={"PATH": SYSTEM_PATH}, cwd="/", timeout=300,
+    )
+    assert boot.returncode == 0, boot.stdout + boot.stderr
     assert not unit.exists() and not wants.exists()  # removed itself when done
+    # the venv is the operator's, in their home, not root's
+    assert (server.venv / "bin/python").exists() and server.venv.stat().st_uid == USER_UID
 
 
 def test_secure_boot_refused_module_after_reboot(server: FakeServer):
