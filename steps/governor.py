@@ -19,9 +19,10 @@ then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many 
 - What the jobs taught (their peaks, time to peak and plateau) is kept in a file in the build
   tree, so a build resumed after a kill, or retried after an OOM, starts from what this very
   build showed instead of the recipe's guess and does not start more jobs than fit.
-- Hard stop: should jobs outgrow that estimate and the memory left under the budget fall into
-  the guard band, the newest running jobs are frozen (SIGSTOP, whole subtree) and thawed when
-  memory recovers. The last running job is never frozen, and `stop()` thaws everything.
+- Hard stop: should jobs outgrow that estimate and the memory left under the budget, less what
+  the growing jobs will add by the next sample at their current pace, fall into the guard band,
+  the newest growing jobs are frozen (SIGSTOP, whole subtree) and thawed when memory recovers.
+  The last running job is never frozen, and `stop()` thaws everything.
 
 A build runs under it like this (`steps/engine.py` does it through the runner):
 
@@ -104,6 +105,7 @@ class Job:
     pid: int
     seen: float
     rss: int = 0
+    growth: int = 0  # how much its RSS grew since the previous sample
     peak: int = 0
     peak_at: float = 0.0
     admitted: float | None = None  # None while parked, before it first runs
@@ -476,6 +478,7 @@ class Governor:
                 # Park every new job at once; `_decide` lets it go when its turn comes.
                 self._signal(job, signal.SIGSTOP)
                 job.stopped = True
+            job.growth = max(total - job.rss, 0) if job.running else 0
             job.rss = total
             if total > job.peak:
                 job.peak, job.peak_at = total, now
@@ -521,20 +524,14 @@ class Governor:
         headroom = min(self.budget - r.tree_rss, r.available - self.reserve)
         peak = self._learned.typical_peak or self._learned.peak_job
 
+        # What is left under the budget at the next sample if the jobs grow as they just did:
+        # several front ends climbing at once can eat the guard band within one sample.
+        ahead = headroom - sum(j.growth for j in running)
         if not running and waiting:
             # Never zero jobs: the oldest runs whatever memory says, or the build never ends.
             self._resume(waiting[0], now)
-        elif headroom < self._guard / 2 and len(running) > 1:
-            newest = max(running, key=lambda j: j.admitted or 0.0)
-            self._signal(newest, signal.SIGSTOP)
-            newest.stopped = True
-            self._freezes += 1
-            self._decide_jobs(
-                now,
-                len(running) - 1,
-                f"RAM {self._ram_pct(r)}%, build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
-                f"{_gib(max(headroom, 0))} left → froze the newest job",
-            )
+        elif ahead < self._guard / 2 and len(running) > 1:
+            self._freeze_growth(now, r, running, headroom, ahead)
         else:
             # As many as fit and are due this sample (the stagger can be shorter than a sample).
             for job in waiting:
@@ -543,6 +540,36 @@ class Governor:
                     break
                 running.append(job)
         self._jobserver.set_jobs(self._token_jobs())
+
+    def _freeze_growth(
+        self, now: float, r: Reading, running: list[Job], headroom: int, ahead: int
+    ) -> None:
+        """Hard stop: freeze the newest growing jobs (SIGSTOP) until what the others will add
+        by the next sample fits; a job that is not growing is left to run (freezing it would
+        only slow the build). The last running job is never frozen."""
+        growing = sorted(
+            (j for j in running if j.growth > 0),
+            key=lambda j: j.admitted or 0.0,
+            reverse=True,
+        )
+        left = len(running)
+        for job in growing:
+            if ahead >= self._guard / 2 or left == 1:
+                break
+            self._signal(job, signal.SIGSTOP)
+            job.stopped = True
+            self._freezes += 1
+            ahead += job.growth
+            left -= 1
+        if left < len(running):
+            frozen = len(running) - left
+            self._decide_jobs(
+                now,
+                left,
+                f"RAM {self._ram_pct(r)}%, build {_gib(r.tree_rss)} of {_gib(self.budget)}, "
+                f"{_gib(max(headroom, 0))} left and jobs still growing → froze the newest "
+                + ("job" if frozen == 1 else f"{frozen} jobs"),
+            )
 
     def _admit(
         self, now: float, r: Reading, running: list[Job], job: Job, headroom: int, peak: int
