@@ -44,26 +44,26 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     paths = Paths(fs)
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
-    systemd_run = shutil.which("systemd-run")
-    if systemd_run and systemd_booted(fs):
-        subprocess.run(
-            [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet", *argv],
-            check=True,
-            stdin=subprocess.DEVNULL,
-        )
-        return ticket
     log = (paths.log_dir / "engine.log").open("ab")
     os.chmod(paths.log_dir / "engine.log", 0o600)
-    subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-        cwd="/",
-        close_fds=True,
-    )
-    log.close()
+    with log:
+        systemd_run = shutil.which("systemd-run")
+        if systemd_run and systemd_booted(fs):
+            unit = [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet", *argv]
+            started = subprocess.run(unit, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            if started.returncode == 0:
+                return ticket
+            # systemd refused (no D-Bus in a chroot, a policy): the work still has to run, and
+            # a session of its own keeps it alive just as well; why is in engine.log.
+        subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd="/",
+            close_fds=True,
+        )
     return ticket
 
 

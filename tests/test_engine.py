@@ -376,6 +376,17 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
     assert (server.venv / "bin/python").exists() and server.venv.stat().st_uid == USER_UID
 
 
+def test_when_systemd_refuses_the_unit_the_engine_runs_detached_anyway(server: FakeServer):
+    (server.root / "run/systemd/system").mkdir(parents=True)
+    server.script({"systemd-run": {"exit": 1, "output": "Failed to connect to bus"}})
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 10, first.stdout + first.stderr
+    assert server.commands()[0].startswith("systemd-run")
+    assert server.commands()[1:] == DRIVER_STEP
+    log = server.root / "var/log/mlsetup/engine.log"
+    assert "Failed to connect to bus" in log.read_text() and mode(log) == 0o600
+
+
 def test_secure_boot_refused_module_after_reboot(server: FakeServer):
     server.machine.secure_boot(True)
     server.set_machine(mok_not_enrolled=True)
