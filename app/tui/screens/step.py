@@ -68,7 +68,7 @@ class StepScreen(WizardScreen):
                     compact=True,
                     id="add-name",
                 )
-                yield Input("", placeholder="version, e.g. 2.8.3", compact=True, id="add-version")
+                yield Input("", placeholder="its PyPI version", compact=True, id="add-version")
                 yield Button("Add", id="add", classes="small")
             yield Static("", id="add-error", classes="field-error", markup=False)
 
