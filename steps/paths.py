@@ -31,6 +31,9 @@ class Paths:
         it): not on its command line or in a unit's properties, which every user can read."""
         return self.fs.path(f"{STATE_DIR}/environment-{ticket}.json")
 
+    def handovers(self) -> list[Path]:
+        return sorted(self.state_dir.glob("environment-*.json"))
+
     @property
     def lock(self) -> Path:
         return self.fs.path(f"{STATE_DIR}/apply.lock")

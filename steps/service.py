@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 from steps.paths import Paths
@@ -25,6 +26,9 @@ from steps.runner import carried_environment
 from steps.state import write_atomic
 
 UNIT = "mlsetup-apply"
+# An engine takes its handover within seconds of its start; one older than this belongs to an
+# engine that never started (it died first), and holds nothing anyone will read again.
+STALE_HANDOVER_S = 600
 
 
 def systemd_booted(fs: RootFS) -> bool:
@@ -43,6 +47,9 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     argv = [*engine_argv(args), "--ticket", ticket]
     paths = Paths(fs)
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for stale in paths.handovers():
+        if time.time() - stale.stat().st_mtime > STALE_HANDOVER_S:
+            stale.unlink(missing_ok=True)
     write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
     log = (paths.log_dir / "engine.log").open("ab")
     os.chmod(paths.log_dir / "engine.log", 0o600)

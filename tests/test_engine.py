@@ -379,7 +379,13 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
 def test_when_systemd_refuses_the_unit_the_engine_runs_detached_anyway(server: FakeServer):
     (server.root / "run/systemd/system").mkdir(parents=True)
     server.script({"systemd-run": {"exit": 1, "output": "Failed to connect to bus"}})
+    # what an engine that died before its start left, an hour ago: cleared, being of no use
+    stale = server.root / "var/lib/mlsetup/environment-0123456789abcdef.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
     first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert not stale.exists()
     assert first.returncode == 10, first.stdout + first.stderr
     assert server.commands()[0].startswith("systemd-run")
     assert server.commands()[1:] == DRIVER_STEP
