@@ -67,8 +67,11 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
 
 def apply(args: argparse.Namespace) -> int:
     fs = RootFS(args.root)
-    if args.ticket is not None:  # the detached engine: first the environment it was started in
-        take_handover(fs, args.ticket)
+    # The detached engine: first the environment it was started in (or step aside for the
+    # engine of the same start that took it).
+    if args.ticket is not None and not take_handover(fs, args.ticket):
+        sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
+        return 0
     request = _request(args, fs)
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()

@@ -67,7 +67,6 @@ from steps.wheels import BUILD_ROOT, build_dir, publish
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
 OOM_RETRIES = 2
-GOVERNOR_LESSONS = "governor-lessons.json"  # in the build tree, next to ninja's own record
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 RESUME_UNIT = "mlsetup-resume.service"
 REPORT_SCHEMA = "mlsetup.report/1"
@@ -233,8 +232,11 @@ class Engine:
                     phase="running",
                     answers_toml=self.req.answers_toml,
                     answers_path=self.req.answers_path,
-                    environment=carried_environment(os.environ),
                 )
+            # What this start was given: `--resume` restored the saved environment into it
+            # (app/apply.py), while a new `apply` with the same answers brings the operator's
+            # current one (a corrected proxy, say), which the run then keeps.
+            self.state.environment = carried_environment(os.environ)
             self._open_event_log(self.state.run_id)
         run_id = self.state.run_id if self.state else "dry-run"
         self.emit(
@@ -414,7 +416,9 @@ class Engine:
                 budget_bytes=build.limit_bytes(),
                 reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
                 peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
-                lessons_file=tree / GOVERNOR_LESSONS,
+                # beside the tree, in root's directory: the tree belongs to the account that
+                # compiles, and root must not read what that account may have swapped in
+                lessons_file=tree.with_name(f"{tree.name}.governor.json"),
                 action=action.id,
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
@@ -738,6 +742,7 @@ class Engine:
         if self.state is not None:
             if result == "done":
                 self.state.phase = "done"
+                self.state.environment = {}  # nothing resumes a finished run: drop proxy secrets
             if (
                 result in ("done", "failed")
                 and self.state.reboot

@@ -16,7 +16,7 @@ then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many 
   shape predicts it (climb to the usual peak, fall to the learned plateau, then stay): staggered
   jobs peak one after another, and the plateau after the front end is what lets more jobs run
   than a static count.
-- What the jobs taught (their peaks, time to peak and plateau) is kept in a file in the build
+- What the jobs taught (their peaks, time to peak and plateau) is kept in a file beside the build
   tree, so a build resumed after a kill, or retried after an OOM, starts from what this very
   build showed instead of the recipe's guess and does not start more jobs than fit.
 - Hard stop: should jobs outgrow that estimate and the memory left under the budget, less what
@@ -82,6 +82,9 @@ PLATEAU_GUESS = 0.5
 PSI_PRESSURE = 10.0
 SWAP_GROWTH_BYTES = 64 * 2**20
 LESSONS_KEPT = 16  # the most recent job peaks and ramps the typical values come from
+# Bounds a kept lesson must be within to be believed (a job of 1 TiB, a front end of a day).
+MAX_SANE_PEAK = 2**40
+MAX_SANE_RAMP_S = 86400.0
 
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
@@ -138,14 +141,17 @@ class Summary:
 
 @dataclass(frozen=True)
 class Lessons:
-    """What a build's jobs taught, as kept in its build tree between runs."""
+    """What a build's jobs taught, as kept beside its build tree between runs."""
 
+    largest_peak: int  # the largest job peak seen, bytes
     peaks: tuple[int, ...]  # recent job peaks, bytes
     ramps: tuple[float, ...]  # their times from start to peak, seconds
     plateau: float  # what a job holds after its peak, as a share of the peak
 
     def save(self, path: Path) -> None:
-        write_atomic(path, json.dumps(asdict(self)) + "\n")
+        # Not fsynced: it is written from the sampling thread, which must never wait on a busy
+        # disk, and a record lost in a crash costs only a guess.
+        write_atomic(path, json.dumps(asdict(self)) + "\n", durable=False)
 
     @classmethod
     def load(cls, path: Path) -> Lessons | None:
@@ -154,16 +160,18 @@ class Lessons:
         try:
             data = json.loads(path.read_text())
             lessons = cls(
+                largest_peak=int(data["largest_peak"]),
                 peaks=tuple(int(p) for p in data["peaks"]),
                 ramps=tuple(float(r) for r in data["ramps"]),
                 plateau=float(data["plateau"]),
             )
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError, ArithmeticError):
             return None
+        sizes = (lessons.largest_peak, *lessons.peaks)
         usable = (
             lessons.peaks
-            and all(p > 0 for p in lessons.peaks)
-            and all(r > 0 for r in lessons.ramps)
+            and all(0 < p <= MAX_SANE_PEAK for p in sizes)
+            and all(0 < r <= MAX_SANE_RAMP_S for r in lessons.ramps)  # NaN fails both
             and 0 < lessons.plateau <= 1
         )
         return lessons if usable else None
@@ -177,6 +185,7 @@ class _Learned:
     ramp_s: float
     typical_peak: int = 0
     plateau: float = PLATEAU_GUESS
+    largest_peak: int = 0
     peaks: list[int] = field(default_factory=list)
     ramps: list[float] = field(default_factory=list)
     settled: list[Job] = field(default_factory=list)  # past their peak: they teach the plateau
@@ -187,6 +196,7 @@ class _Learned:
         learned = cls(peak_job=peak_job, ramp_s=ramp_s)
         if lessons is not None:
             learned.peaks, learned.ramps = list(lessons.peaks), list(lessons.ramps)
+            learned.largest_peak = lessons.largest_peak
             learned.plateau = lessons.plateau
             learned._update()
         return learned
@@ -195,7 +205,10 @@ class _Learned:
         if not self.peaks:
             return None
         return Lessons(
-            tuple(self.peaks[-LESSONS_KEPT:]), tuple(self.ramps[-LESSONS_KEPT:]), self.plateau
+            self.largest_peak,
+            tuple(self.peaks[-LESSONS_KEPT:]),
+            tuple(self.ramps[-LESSONS_KEPT:]),
+            self.plateau,
         )
 
     def learn_plateau(self) -> None:
@@ -224,7 +237,9 @@ class _Learned:
         self._update()
 
     def _update(self) -> None:
-        self.peak_job = int(max(self.peaks[-LESSONS_KEPT:]) * PEAK_SAFETY)
+        # The largest peak ever seen bounds the hard cases; the recent ones give the usual one.
+        self.largest_peak = max(self.largest_peak, *self.peaks)
+        self.peak_job = int(self.largest_peak * PEAK_SAFETY)
         recent = self.peaks[-LESSONS_KEPT:]
         self.typical_peak = (
             int(statistics.median(recent) * PEAK_SAFETY) if len(recent) >= 4 else self.peak_job
@@ -297,7 +312,7 @@ class Governor:
         `peak_job_bytes`, `ramp_s`: first guesses at one job's peak RSS and at how long it takes
         to reach it (recipe.peak_job_gib; ~45 s measured for flash-attn), replaced by what the
         jobs of this build show.
-        `lessons_file`: where this build's lessons are kept (in its build tree): read at the
+        `lessons_file`: where this build's lessons are kept (beside its build tree): read at the
         start in place of those guesses when an earlier run left some, rewritten each time a
         job passes its peak, so that even a killed run leaves them."""
         self._sink = sink

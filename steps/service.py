@@ -12,6 +12,7 @@ settings) is handed over in a root-only file the engine takes at its start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import sys
 import time
 import uuid
 
+from steps.errors import NeedsRootError
 from steps.paths import Paths
 from steps.rootfs import RootFS
 from steps.runner import carried_environment
@@ -48,8 +50,9 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     paths = Paths(fs)
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for stale in paths.handovers():
-        if time.time() - stale.stat().st_mtime > STALE_HANDOVER_S:
-            stale.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # an engine may take it meanwhile
+            if time.time() - stale.stat().st_mtime > STALE_HANDOVER_S:
+                stale.unlink()
     write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
     log = (paths.log_dir / "engine.log").open("ab")
     os.chmod(paths.log_dir / "engine.log", 0o600)
@@ -74,12 +77,21 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
     return ticket
 
 
-def take_handover(fs: RootFS, ticket: str) -> None:
-    """In the detached engine: restore the environment its starter handed over."""
+def take_handover(fs: RootFS, ticket: str) -> bool:
+    """In the detached engine: restore the environment its starter handed over. False when
+    another engine of the same start took it first: should systemd-run report a failure for a
+    unit it did start, the fallback process starts too, and only one of them may run."""
     path = Paths(fs).handover(ticket)
+    claimed = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        environment = json.loads(path.read_text())
+        os.rename(path, claimed)  # atomic: exactly one taker
     except FileNotFoundError:
-        return  # started by hand with a --ticket of its own: its environment is its own
-    path.unlink()
+        return False
+    except PermissionError as exc:
+        raise NeedsRootError("the engine runs as root: start it with sudo mlsetup apply") from exc
+    try:
+        environment = json.loads(claimed.read_text())
+    finally:
+        claimed.unlink()
     os.environ.update(environment)
+    return True

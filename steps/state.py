@@ -86,8 +86,9 @@ def load_state(path: Path) -> State | None:
         raise CorruptState(kept, why) from exc
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Replace `path` with `text` so that a reader (or a crash) sees the old or the new file."""
+def write_atomic(path: Path, text: str, mode: int = 0o600, durable: bool = True) -> None:
+    """Replace `path` with `text` so that a reader (or a crash) sees the old or the new file.
+    `durable`: also fsync the file and its directory, so that a power loss keeps the new one."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -95,11 +96,14 @@ def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

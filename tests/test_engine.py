@@ -393,6 +393,38 @@ def test_when_systemd_refuses_the_unit_the_engine_runs_detached_anyway(server: F
     assert "Failed to connect to bus" in log.read_text() and mode(log) == 0o600
 
 
+def test_a_new_apply_of_the_same_answers_brings_its_own_environment(server: FakeServer):
+    first = server.mlsetup("apply", "--answers", str(server.answers), UV_HTTP_TIMEOUT="61")
+    assert first.returncode == 10
+    assert server.state_file()["environment"]["UV_HTTP_TIMEOUT"] == "61"
+    # the operator fixes a setting and starts again with the same answers: the paused run is
+    # picked up (still waiting for its reboot) and keeps the new value for the resume unit
+    early = server.mlsetup("apply", "--answers", str(server.answers), UV_HTTP_TIMEOUT="99")
+    assert early.returncode == 10 and "has not rebooted yet" in early.stdout
+    assert server.state_file()["environment"]["UV_HTTP_TIMEOUT"] == "99"
+    server.reboot()
+    again = server.mlsetup("apply", "--resume")
+    assert again.returncode == 0, again.stdout
+    assert "rebooted; NVIDIA driver 580.105.08 is loaded" in again.stdout
+    # finished: nothing will resume it, so none of the operator's settings are kept
+    assert server.state_file()["phase"] == "done" and server.state_file()["environment"] == {}
+
+
+def test_of_two_engines_of_one_start_only_the_one_that_took_the_handover_runs(server: FakeServer):
+    # systemd-run can fail after it started the unit; the fallback process then starts too
+    ticket = "ab" * 16
+    handover = server.root / f"var/lib/mlsetup/environment-{ticket}.json"
+    handover.parent.mkdir(parents=True)
+    handover.write_text(json.dumps({"SUDO_USER": "mluser"}))
+    args = ("apply", "--answers", str(server.answers), "--foreground", "--ticket", ticket)
+    first = server.mlsetup(*args)
+    assert first.returncode == 10 and not handover.exists()
+    calls = len(server.calls())
+    second = server.mlsetup(*args)
+    assert second.returncode == 0 and "already running elsewhere" in second.stderr
+    assert len(server.calls()) == calls  # it ran nothing
+
+
 def test_secure_boot_refused_module_after_reboot(server: FakeServer):
     server.machine.secure_boot(True)
     server.set_machine(mok_not_enrolled=True)

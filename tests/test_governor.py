@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import stat
 import subprocess
 import sys
@@ -179,9 +180,8 @@ def test_tiny_budget_freezes_the_newest_jobs_and_thaws_them(tmp_path: Path) -> N
 def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path) -> None:
     # The recipe guesses 8 MiB a job; the jobs reach 100 MiB. The first run learns it the hard
     # way (it starts as many jobs as the guess allows and must freeze them); the lessons it
-    # leaves in the build tree make the next run start only as many as really fit.
-    lessons = tmp_path / "tree" / "governor-lessons.json"
-    lessons.parent.mkdir()
+    # leaves beside the build tree make the next run start only as many as really fit.
+    lessons = tmp_path / "flash-attn-2.8.3.governor.json"
     first = Governor(
         ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB, ramp_s=0.05,
         lessons_file=lessons,
@@ -209,21 +209,43 @@ def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path)
     assert len(Lessons.load(lessons).peaks) > len(kept.peaks)  # type: ignore[union-attr]
 
 
+GOOD = {"largest_peak": 5 << 20, "peaks": [5 << 20], "ramps": [1.0], "plateau": 0.5}
+
+
 @pytest.mark.parametrize(
     "text",
-    ["", "{", '{"peaks": [], "ramps": [], "plateau": 0.5}',
-     '{"peaks": [-5], "ramps": [1.0], "plateau": 0.5}', '{"peaks": [5], "ramps": [1.0]}',
-     '{"peaks": ["x"], "ramps": [1.0], "plateau": 0.5}',
-     '{"peaks": [5], "ramps": [1.0], "plateau": 3}'],
+    [
+        "",
+        "{",
+        json.dumps({k: v for k, v in GOOD.items() if k != "largest_peak"}),
+        json.dumps({**GOOD, "peaks": []}),
+        json.dumps({**GOOD, "peaks": [-5]}),
+        json.dumps({**GOOD, "peaks": ["x"]}),
+        json.dumps({**GOOD, "plateau": 3}),
+        json.dumps(GOOD).replace('"largest_peak": 5242880', '"largest_peak": 1e999'),  # inf
+        json.dumps({**GOOD, "ramps": [float("nan")]}),
+        json.dumps({**GOOD, "ramps": [1e12]}),
+        json.dumps({**GOOD, "largest_peak": 1 << 50}),
+    ],
 )
 def test_damaged_lessons_are_ignored_for_the_recipe_guess(tmp_path: Path, text: str) -> None:
-    lessons = tmp_path / "governor-lessons.json"
+    lessons = tmp_path / "flash-attn-2.8.3.governor.json"
     lessons.write_text(text)
     gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB,
                    lessons_file=lessons)
     gov.stop()
     assert Lessons.load(lessons) is None
     assert gov.allowed == 7  # (800 MiB - guard) / 100 MiB: the recipe's guess
+
+
+def test_lessons_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "flash-attn-2.8.3.governor.json"
+    path.write_text(json.dumps(GOOD))
+    assert Lessons.load(path) == Lessons(5 << 20, (5 << 20,), (1.0,), 0.5)
+    gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB,
+                   lessons_file=path)
+    gov.stop()
+    assert gov.allowed == 16  # 5 MiB jobs (+5%): as many as the ceiling allows
 
 
 def test_stop_thaws_every_frozen_job(tmp_path: Path) -> None:
