@@ -402,8 +402,8 @@ class Engine:
 
     def _compile(self, action: Action, log: Path, started: Callable[[int], None]) -> Result:
         """Run a build under the memory governor; if a job still dies of memory, retry with
-        half the jobs it reached (the build tree keeps every object already compiled, and what
-        the governor learned of this build's jobs)."""
+        half the jobs it reached (the build tree keeps every object already compiled, and the
+        file beside it what the governor learned of this build's jobs)."""
         target = self._target(action)
         tree = self.fs.path(build_dir(target.answer.name, target.answer.version))
         build = self.req.answers.build
