@@ -110,14 +110,24 @@ class Job:
     rss: int = 0
     growth: int = 0  # how much its RSS grew since the previous sample
     peak: int = 0
-    peak_at: float = 0.0
+    ran_to_peak_s: float = 0.0  # how long it had run when it reached its peak
     admitted: float | None = None  # None while parked, before it first runs
     stopped: bool = False  # parked or frozen: SIGSTOP sent
+    frozen_at: float | None = None  # when the hard stop froze it, while it is frozen
+    frozen_s: float = 0.0  # time spent frozen since it was let go, thawed spells only
     past_peak: bool = False
 
     @property
     def running(self) -> bool:
         return self.admitted is not None and not self.stopped
+
+    def ran_s(self, now: float) -> float:
+        """How long it has run since it was let go: a frozen job does not progress, so its
+        frozen time counts neither in its time to peak nor in where it is on its shape."""
+        if self.admitted is None:
+            return 0.0
+        frozen = self.frozen_s + (now - self.frozen_at if self.frozen_at is not None else 0.0)
+        return now - self.admitted - frozen
 
 
 @dataclass(frozen=True)
@@ -217,10 +227,10 @@ class _Learned:
             self.plateau = min(1.0, statistics.median(shares) * PEAK_SAFETY)
 
     def predict(self, job: Job, age: float, peak: int) -> int:
-        """A running job's RSS at `age` seconds after it was let go: it climbs to its peak over
-        the time-to-peak, falls to the plateau over half that, then stays."""
-        if job.past_peak or job.stopped:
-            return job.rss  # settled, or frozen: it does not grow
+        """A job's RSS once it has run `age` seconds: it climbs to its peak over the
+        time-to-peak, falls to the plateau over half that, then stays."""
+        if job.past_peak:
+            return job.rss  # settled: it does not grow again
         top = max(peak, job.peak)
         ramp, fall = self.ramp_s, self.ramp_s * FALL_RATIO
         if age <= ramp:
@@ -233,7 +243,7 @@ class _Learned:
         self.peaks.append(job.peak)
         self.settled.append(job)
         if job.admitted is not None:
-            self.ramps.append(max(job.peak_at - job.admitted, SAMPLE_INTERVAL_S))
+            self.ramps.append(max(job.ran_to_peak_s, SAMPLE_INTERVAL_S))
         self._update()
 
     def _update(self) -> None:
@@ -496,7 +506,7 @@ class Governor:
             job.growth = max(total - job.rss, 0) if job.running else 0
             job.rss = total
             if total > job.peak:
-                job.peak, job.peak_at = total, now
+                job.peak, job.ran_to_peak_s = total, job.ran_s(now)
             # A job already larger than the estimate corrects it at once, before its peak.
             self._learned.peak_job = max(self._learned.peak_job, total)
             if (
@@ -572,7 +582,7 @@ class Governor:
             if ahead >= self._guard / 2 or left == 1:
                 break
             self._signal(job, signal.SIGSTOP)
-            job.stopped = True
+            job.stopped, job.frozen_at = True, now
             self._freezes += 1
             ahead += job.growth
             left -= 1
@@ -599,10 +609,11 @@ class Governor:
         for step in range(9):
             ahead = ramp * 1.5 * step / 8
             total = sum(
-                self._learned.predict(j, now - (j.admitted or now) + ahead, peak) - j.rss
+                self._learned.predict(j, j.ran_s(now) + ahead, peak) - j.rss
                 for j in running
             )
-            total += self._learned.predict(job, ahead, peak) - job.rss
+            # and the job to be let go, from where it stands (a frozen one has run a while)
+            total += self._learned.predict(job, job.ran_s(now) + ahead, peak) - job.rss
             worst = max(worst, total)
         need = 0 if job.past_peak else max(peak - job.rss, 0)
         free = headroom - worst + need - self._guard
@@ -640,6 +651,9 @@ class Governor:
         job.stopped = False
         if job.admitted is None:
             job.admitted = now
+        elif job.frozen_at is not None:
+            job.frozen_s += now - job.frozen_at
+            job.frozen_at = None
 
     def _pressure(self, r: Reading) -> str | None:
         if r.psi_some_avg10 is not None and r.psi_some_avg10 >= PSI_PRESSURE:
