@@ -45,8 +45,18 @@ CARRIED_PREFIXES = (*PASSTHROUGH_PREFIXES, "MLSETUP_")
 TAIL_LINES = 200
 
 
+def _pick(
+    environ: Mapping[str, str], names: tuple[str, ...], prefixes: tuple[str, ...]
+) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in names or k.startswith(prefixes)}
+
+
+def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return _pick(environ, PASSTHROUGH, PASSTHROUGH_PREFIXES)
+
+
 def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k in CARRIED or k.startswith(CARRIED_PREFIXES)}
+    return _pick(environ, CARRIED, CARRIED_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -89,11 +99,7 @@ class Runner:
         self.sink = sink
         environ = os.environ if environ is None else environ
         self.base_path = base_path or environ.get("PATH", SYSTEM_PATH)
-        self.passthrough = {
-            k: v
-            for k, v in environ.items()
-            if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)
-        }
+        self.passthrough = passthrough_environment(environ)
 
     def resolve(self, program: str) -> str:
         """argv[0] as an absolute path: found on the engine's PATH, then beside mlsetup (uv)."""

@@ -9,10 +9,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from steps.events import Event, event_from_json
-from steps.runner import PASSTHROUGH, PASSTHROUGH_PREFIXES
+from steps.engine import ApplyLock
+from steps.events import ActionStarted, Event, event_from_json
+from steps.runner import passthrough_environment
 from tests.common import FIXTURES, REPO
 from tests.fakemachine import FakeMachine
 from tests.wheels import torch_index
@@ -117,13 +120,8 @@ class FakeServer:
 
     def env(self, **extra: str) -> dict[str, str]:
         # this machine's proxy and certificate settings, as an operator's server would have
-        network = {
-            k: v
-            for k, v in os.environ.items()
-            if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)
-        }
         return {
-            **network,
+            **passthrough_environment(os.environ),
             "PATH": f"{self.bin}:{self.tools}:{SYSTEM_PATH}",
             "HOME": "/root",
             "SUDO_USER": "mluser",
@@ -183,6 +181,17 @@ class FakeServer:
         path = self.root / "var/log/mlsetup/current/events.jsonl"
         return [event_from_json(line) for line in path.read_text().splitlines()]
 
+    def started(self, action: str) -> bool:
+        """The engine has started `action` (its event stream says so)."""
+        try:
+            return any(isinstance(e, ActionStarted) and e.action == action for e in self.events())
+        except (FileNotFoundError, ValueError):
+            return False
+
+    def apply_lock_free(self) -> bool:
+        """No engine holds the apply lock (it releases it as it exits)."""
+        return ApplyLock(self.root / "var/lib/mlsetup/apply.lock").holder() is None
+
     def report(self) -> dict:
         return json.loads((self.root / "var/lib/mlsetup/report.json").read_text())
 
@@ -192,6 +201,13 @@ class FakeServer:
     @property
     def venv(self) -> Path:
         return self.home / "ml-env"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def mode(path: Path) -> int:

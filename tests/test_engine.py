@@ -26,7 +26,7 @@ from steps.events import (
 from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
 from tests.common import MACHINES
-from tests.harness import DRIVER_STEP, SYSTEM_PATH, USER_UID, FakeServer, mode
+from tests.harness import DRIVER_STEP, SYSTEM_PATH, USER_UID, FakeServer, mode, wait_for
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):
@@ -149,22 +149,8 @@ def test_events_tell_the_whole_story(server: FakeServer):
     assert json.loads(events[1].to_json())["kind"] == "plan"
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def _engine_pid(server: FakeServer) -> int:
     return [e for e in server.events() if isinstance(e, RunStarted)][-1].pid
-
-
-def _started(server: FakeServer, action: str) -> bool:
-    try:
-        return any(isinstance(e, ActionStarted) and e.action == action for e in server.events())
-    except (FileNotFoundError, ValueError):
-        return False
 
 
 def _finish(server: FakeServer) -> subprocess.CompletedProcess:
@@ -198,16 +184,14 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
             if action == kill_in[0]
             else server.popen("apply", "--resume")
         )
-        _wait_for(lambda a=action, v=viewer: _started(server, a) or v.poll() is not None)
+        wait_for(lambda a=action, v=viewer: server.started(a) or v.poll() is not None)
         if viewer.poll() == 10:  # paused for the reboot before reaching this step
             server.reboot()
             viewer = server.popen("apply", "--resume")
-            _wait_for(lambda a=action: _started(server, a))
+            wait_for(lambda a=action: server.started(a))
         os.kill(_engine_pid(server), signal.SIGKILL)
         viewer.wait(timeout=30)
-        _wait_for(
-            lambda: not (server.root / "var/lib/mlsetup/apply.lock").exists() or _lock_free(server)
-        )
+        wait_for(server.apply_lock_free)  # holder() is None for a lock file not yet made
     final = _finish(server)
     assert final.returncode == 0, final.stdout + final.stderr
 
@@ -227,10 +211,6 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
     assert venv is not None
     assert venv.version_of("torch") == "2.14.0+cu130" and venv.version_of("tinyext") == "0.1.0"
     assert (server.venv / "bin/python").exists()
-
-
-def _lock_free(server: FakeServer) -> bool:
-    return ApplyLock(server.root / "var/lib/mlsetup/apply.lock").holder() is None
 
 
 def _hold_dpkg_lock(server: FakeServer) -> int:
@@ -283,13 +263,13 @@ def test_viewer_killed_engine_finishes_and_attach_replays(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     server.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
     viewer = server.popen("apply", "--answers", str(server.answers))
-    _wait_for(lambda: _started(server, "toolkit.install-13.0"))
+    wait_for(lambda: server.started("toolkit.install-13.0"))
     engine = _engine_pid(server)
     os.killpg(viewer.pid, signal.SIGHUP)  # the SSH session drops
     out, _ = viewer.communicate(timeout=30)
     assert "keeps running in the background" in out
     assert os.path.exists(f"/proc/{engine}")  # the work goes on
-    _wait_for(lambda: _lock_free(server), timeout=120)
+    wait_for(server.apply_lock_free, timeout=120)
     assert server.report()["result"] == "done"
 
     attach = server.mlsetup("attach")
@@ -303,7 +283,7 @@ def test_attach_follows_a_running_apply_live(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     server.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
     engine = server.popen("apply", "--answers", str(server.answers), "--foreground")
-    _wait_for(lambda: _started(server, "toolkit.install-13.0"))
+    wait_for(lambda: server.started("toolkit.install-13.0"))
     attach = server.mlsetup("attach")
     assert attach.returncode == 0
     assert "extensions.tinyext.build in" in attach.stdout  # it saw the rest as it happened
@@ -357,7 +337,7 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
     assert kept["UV_HTTP_TIMEOUT"] == "61" and kept["PATH"].startswith(str(server.bin))
     assert mode(server.root / "var/lib/mlsetup/state.json") == 0o600
     # the engine reports the pause, then reboots: the viewer may be back before the reboot ran
-    _wait_for(lambda: _lock_free(server))
+    wait_for(server.apply_lock_free)
     unit = server.root / "etc/systemd/system/mlsetup-resume.service"
     assert "ExecStart=/usr/local/bin/mlsetup apply --resume --foreground" in unit.read_text()
     assert server.commands()[-2:] == ["systemctl mlsetup-resume.service", "reboot"]

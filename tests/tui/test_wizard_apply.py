@@ -3,8 +3,6 @@ detached and followed through its event stream, as on a real machine."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from app.tui.app import WizardApp
@@ -14,9 +12,8 @@ from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
 from steps import events as ev
-from steps.engine import ApplyLock
 from steps.knowledge import knowledge
-from tests.harness import DRIVER_STEP, FakeServer, mode
+from tests.harness import DRIVER_STEP, FakeServer, mode, wait_for
 from tests.tui.helpers import Recorder, shown, wait_until, walk_to_review
 
 
@@ -74,11 +71,7 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
 
     # the engine reports its end just before it exits: let it go before opening the wizard again,
     # which would otherwise (rightly) attach to the apply still holding the lock
-    lock = ApplyLock(fake.root / "var/lib/mlsetup/apply.lock")
-    for _ in range(200):
-        if lock.holder() is None:
-            break
-        time.sleep(0.05)
+    wait_for(fake.apply_lock_free)
 
     # after the reboot: `sudo mlsetup` opens on the Resume screen
     seen = Recorder()
@@ -175,13 +168,11 @@ async def test_failing_build_shows_the_diagnosis_and_next_command_above_the_log(
 
 
 async def test_plain_sudo_mlsetup_attaches_to_a_running_apply(fake: FakeServer):
-    from tests.test_engine import _started, _wait_for
-
     fake.machine.driver_loaded("580.105.08")
     fake.script({"apt-get cuda-toolkit-13-0": {"sleep": 2}})
     engine = fake.popen("apply", "--answers", str(fake.answers), "--foreground")
     try:
-        _wait_for(lambda: _started(fake, "toolkit.install-13.0"))
+        wait_for(lambda: fake.started("toolkit.install-13.0"))
         app = WizardApp(session(fake))
         assert app.opening == "attach"
         async with app.run_test(size=(80, 24)) as pilot:
