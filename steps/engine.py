@@ -386,6 +386,9 @@ class Engine:
         name = action.id.split(".")[1]
         return next(t for t in self.choices.build_targets if t.answer.name == name)
 
+    def _build_tree(self, target: BuildTarget) -> Path:
+        return self.fs.path(build_dir(target.answer.name, target.answer.version))
+
     def _prepare_build_trees(self) -> None:
         """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles."""
         choices = self.choices
@@ -395,7 +398,7 @@ class Engine:
         for directory in (root.parent, root):
             directory.chmod(0o755)  # traversable: each tree below is private to its owner
         for target in choices.build_targets:
-            tree = self.fs.path(build_dir(target.answer.name, target.answer.version))
+            tree = self._build_tree(target)
             tree.mkdir(exist_ok=True, mode=0o700)
             if owner:
                 os.chown(tree, owner.uid, owner.gid)
@@ -405,7 +408,7 @@ class Engine:
         half the jobs it reached (the build tree keeps every object already compiled, and the
         file beside it what the governor learned of this build's jobs)."""
         target = self._target(action)
-        tree = self.fs.path(build_dir(target.answer.name, target.answer.version))
+        tree = self._build_tree(target)
         build = self.req.answers.build
         ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
         owner = lookup_account(self.fs, action.user) if action.user else None
@@ -461,7 +464,7 @@ class Engine:
         key = target_key(target, probe_venv(self.fs, self.choices.venv_path))
         if key is None:
             return
-        built = self.fs.path(f"{build_dir(target.answer.name, target.answer.version)}/wheels")
+        built = self._build_tree(target) / "wheels"
         copies = publish(
             self.fs,
             built,
@@ -675,14 +678,14 @@ class Engine:
             else "no NVIDIA driver is loaded"
         )
         log = self.paths.action_log(self.state.run_id, action.id)
-        tail = result.tail if result else []
+        tail, code = (result.tail, result.exit_code) if result else ([], None)
         self._fail(
             "driver",
             action,
-            result.exit_code if result else None,
+            code,
             log,
             what=f"after the reboot {found}; expected branch {branch}",
-            diagnosis=diagnose(tail, result.exit_code if result else None, str(log))
+            diagnosis=diagnose(tail, code, str(log))
             or Diagnosis(
                 "driver-not-loaded",
                 "The kernel did not load the NVIDIA module after the reboot.",

@@ -558,7 +558,9 @@ class Governor:
         elif ahead < self._guard / 2 and len(running) > 1:
             self._freeze_growth(now, r, running, headroom, ahead)
         else:
-            # As many as fit and are due this sample (the stagger can be shorter than a sample).
+            # The settled jobs' plateau, as they hold it now; then as many as fit and are due
+            # this sample (the stagger can be shorter than a sample).
+            self._learned.learn_plateau()
             for job in waiting:
                 self._admit(now, r, running, job, headroom, peak)
                 if job.stopped:
@@ -603,17 +605,15 @@ class Governor:
         # What the running jobs and this one will hold over the next time-to-peak, as the
         # learned shape predicts: staggered jobs peak one after the other, and a job past its
         # front end gives memory back, so the worst moment is what must fit, not all peaks.
-        self._learned.learn_plateau()
+        # The job to be let go counts from where it stands (a frozen one has run a while).
         ramp = self._learned.ramp_s
         worst = 0
         for step in range(9):
             ahead = ramp * 1.5 * step / 8
             total = sum(
                 self._learned.predict(j, j.ran_s(now) + ahead, peak) - j.rss
-                for j in running
+                for j in (*running, job)
             )
-            # and the job to be let go, from where it stands (a frozen one has run a while)
-            total += self._learned.predict(job, job.ran_s(now) + ahead, peak) - job.rss
             worst = max(worst, total)
         need = 0 if job.past_peak else max(peak - job.rss, 0)
         free = headroom - worst + need - self._guard
