@@ -60,6 +60,14 @@ TOML
 
 mlsetup() { python3 -m app.cli "$@"; }
 
+flash_attn_tree=/var/cache/mlsetup/build/flash-attn-2.8.3
+
+start_flash_attn() {  # answers that build flash-attn, and the memory sampler ($1: its file's prefix)
+    answers $'[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\nsource = "build"'
+    python3 "$repo/tests/bench/sample_memory.py" "$out/$1-mem.txt" "$flash_attn_tree/src/build" &
+    sampler=$!
+}
+
 stop_compilers() {
     pkill -9 -f 'pip wheel' || true
     for p in ninja nvcc cicc ptxas cc1plus; do pkill -9 -x $p || true; done
@@ -76,10 +84,7 @@ e2e)
     mlsetup apply --answers "$work/answers.toml" --foreground | tee "$out/e2e-second-apply.txt"
     ;;
 governed)
-    answers $'[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\nsource = "build"'
-    build=/var/cache/mlsetup/build/flash-attn-2.8.3
-    python3 "$repo/tests/bench/sample_memory.py" "$out/governed-mem.txt" "$build/src/build" &
-    sampler=$!
+    start_flash_attn governed
     timeout -s TERM "$seconds" python3 -m app.cli apply --answers "$work/answers.toml" \
         --foreground > "$out/governed.txt" 2>&1 || echo "stopped after ${seconds}s (exit $?)"
     kill $sampler; stop_compilers
@@ -87,20 +92,17 @@ governed)
     tail -c 2000000 "$(ls -S /var/log/mlsetup/current/*.log | head -1)" > "$out/governed-build-log.txt"
     ;;
 resume)
-    answers $'[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\nsource = "build"'
-    build=/var/cache/mlsetup/build/flash-attn-2.8.3
-    python3 "$repo/tests/bench/sample_memory.py" "$out/resume-mem.txt" "$build/src/build" &
-    sampler=$!
+    start_flash_attn resume
     timeout -s KILL "$seconds" python3 -m app.cli apply --answers "$work/answers.toml" \
         --foreground > "$out/resume-first.txt" 2>&1 || echo "engine killed after ${seconds}s"
     stop_compilers
-    objects=$(find "$build/src/build" -name '*.o' | wc -l)
+    objects=$(find "$flash_attn_tree/src/build" -name '*.o' | wc -l)
     echo "objects after the kill: $objects" | tee "$out/resume-summary.txt"
     timeout -s TERM "$seconds" python3 -m app.cli apply --resume --foreground \
         > "$out/resume-second.txt" 2>&1 || echo "stopped after ${seconds}s"
     kill $sampler; stop_compilers
     log=$(ls -t /var/log/mlsetup/current/extensions.flash-attn.build.log)
-    { echo "objects at the end: $(find "$build/src/build" -name '*.o' | wc -l)"
+    { echo "objects at the end: $(find "$flash_attn_tree/src/build" -name '*.o' | wc -l)"
       echo "ninja progress lines in the build log (both runs append to it):"
       grep -oE '^\[[0-9]+/[0-9]+\]' "$log" | uniq | tr '\n' ' '; echo; } | tee -a "$out/resume-summary.txt"
     ;;
