@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -21,11 +22,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
     import tomli as tomllib
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+# The `assets` package wherever mlsetup is installed (wheel, sdist, editable). pip and uv never
+# install it zipped, so its resources are files on disk: the driver step hands one to `install`
+# and Textual reads the stylesheet by path.
+ASSETS_DIR = Path(str(resources.files("assets")))
 
 
 def load_asset(name: str) -> dict:
-    with (ASSETS_DIR / name).open("rb") as f:
+    with resources.files("assets").joinpath(name).open("rb") as f:
         return tomllib.load(f)
 
 
