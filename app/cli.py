@@ -7,80 +7,98 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from steps.answers import Answers, load_answers
 from steps.errors import InputError, MlsetupError
 from steps.facts import Facts, load_facts
+from steps.knowledge import ASSETS_DIR
 from steps.plan import Plan
 from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
 
 EXIT_INPUT = 2
+EXIT_BROKEN_PIPE = 128 + 13  # as a shell reports a command that SIGPIPE ended
+
+# The options that mean the same before or after the subcommand, with their defaults. They are
+# declared once, with no default (SUPPRESS), on the top-level parser and on every subparser:
+# argparse lets a subparser's own default overwrite a value given before the subcommand, which
+# turned `mlsetup --dry-run apply` into a real apply. The defaults are filled in after parsing.
+GLOBAL_DEFAULTS: dict[str, object] = {
+    "root": Path("/"),
+    "dry_run": False,
+    "answers": None,
+    "facts": None,
+}
+# The global options each command has a use for (--root and --dry-run: every one). One given
+# before a command that has no use for it is refused, as it is after it.
+TAKES: dict[str | None, tuple[str, ...]] = {
+    None: ("answers", "facts"),  # the wizard
+    "plan": ("answers", "facts"),
+    "apply": ("answers", "facts"),
+    "probe": (),
+    "attach": (),
+    "answers": (),
+}
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _global_options(takes: tuple[str, ...]) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument(
         "--root",
         type=Path,
-        default=Path("/"),
         metavar="DIR",
         help="treat DIR as the machine's / (for tests and recorded machines)",
     )
     common.add_argument("--dry-run", action="store_true", help="do everything except run commands")
+    if "answers" in takes:
+        common.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
+    if "facts" in takes:
+        common.add_argument(
+            "--facts",
+            type=Path,
+            metavar="FILE",
+            help="a recorded machine (mlsetup probe --json) instead of this one; touches nothing",
+        )
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    def options(command: str | None) -> list[argparse.ArgumentParser]:
+        return [_global_options(TAKES[command])]
 
     p = argparse.ArgumentParser(
         prog="mlsetup",
-        parents=[common],
+        parents=options(None),
         description="Take an Ubuntu/Debian GPU server to a working ML stack: NVIDIA driver, "
-        "CUDA toolkit(s), a PyTorch venv, CUDA extensions such as flash-attn.",
+        "CUDA toolkit(s), a PyTorch venv, CUDA extensions such as flash-attn. "
+        "Without a command: the wizard.",
         epilog="exit codes: 0 done, 1 a step failed, 2 invalid input, 3 needs root, "
         "4 another apply is running, 10 paused for a reboot",
-    )
-    p.add_argument("--answers", type=Path, metavar="FILE", help="pre-fill from an answers file")
-    p.add_argument(
-        "--facts",
-        type=Path,
-        metavar="FILE",
-        help="a recorded machine (mlsetup probe --json) instead of this one",
     )
     p.add_argument("--version", action="version", version=f"mlsetup {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    probe = sub.add_parser("probe", parents=[common], help="show what this machine has")
+    probe = sub.add_parser("probe", parents=options("probe"), help="show what this machine has")
     probe.add_argument("--json", action="store_true", help="print Facts (mlsetup.facts/1)")
 
-    plan = sub.add_parser("plan", parents=[common], help="show what would be done, and why")
-    plan.add_argument(
-        "--facts",
-        type=Path,
-        metavar="FILE",
-        help="plan for a recorded machine (mlsetup probe --json); touches nothing",
-    )
-    plan.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
+    plan = sub.add_parser("plan", parents=options("plan"), help="show what would be done, and why")
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
 
     apply = sub.add_parser(
         "apply",
-        parents=[common],
+        parents=options("apply"),
         help="run the plan unattended (the answers file is the consent)",
         description="Validate the answers, probe, plan and run every pending action. The work runs "
         "in its own session: a dropped SSH connection does not stop it "
         "(mlsetup attach follows it again).",
     )
-    apply.add_argument("--answers", type=Path, metavar="FILE", help="answers file (TOML)")
     apply.add_argument(
         "--resume",
         action="store_true",
         help="continue the interrupted or rebooted run with its saved answers",
-    )
-    apply.add_argument(
-        "--facts",
-        type=Path,
-        metavar="FILE",
-        help="with --dry-run: a recorded machine instead of this one",
     )
     apply.add_argument(
         "--foreground",
@@ -89,13 +107,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     apply.add_argument("--ticket", help=argparse.SUPPRESS)
 
-    sub.add_parser("attach", parents=[common], help="follow the running (or last) apply")
+    sub.add_parser("attach", parents=options("attach"), help="follow the running (or last) apply")
 
-    answers = sub.add_parser("answers", parents=[common], help="the answers file format")
+    answers = sub.add_parser(
+        "answers",
+        parents=options("answers"),
+        help="the answers file format",
+        description="An answers file is TOML (version = 1); unknown keys are errors. An example "
+        f"with every key: {ASSETS_DIR / 'answers.example.toml'}",
+    )
     answers.add_argument(
-        "--schema", action="store_true", required=True, help="print the answers file's JSON Schema"
+        "--schema", action="store_true", help="print the answers file's JSON Schema"
     )
     return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, with each global option's value whichever side of the command it was."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    for name, default in GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    for name in ("answers", "facts"):
+        if getattr(args, name) is not None and name not in TAKES[args.command]:
+            parser.error(f"{args.command} does not take --{name}")
+    return args
 
 
 def _version() -> str:
@@ -115,7 +152,7 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     if not args.root.is_dir():
         raise InputError(f"--root {str(args.root)!r}: not a directory")
     from app.console import facts_text, plan_text
@@ -129,6 +166,8 @@ def run(argv: list[str]) -> int:
         )
         return 0
     if args.command == "answers":
+        if not args.schema:
+            _parser().parse_args(["answers", "--help"])  # prints the help, exits 0
         print(json.dumps(Answers.model_json_schema(), indent=2))
         return 0
     if args.command == "apply":
@@ -160,6 +199,11 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # The reader went away (`mlsetup answers --schema | head -1`): nothing left to say to
+        # it. Point stdout at /dev/null so that the interpreter's last flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
     sys.exit(code)
 
 
