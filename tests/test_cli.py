@@ -1,0 +1,190 @@
+"""The command line's contract: every global option means the same before or after the command,
+bad usage is exit 2 with nothing run, and a closed stdout ends quietly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from app.cli import GLOBAL_DEFAULTS, TAKES, main
+from tests.common import MACHINES, REPO
+from tests.fakemachine import FakeMachine
+
+H200 = str(MACHINES / "h200-ubuntu2404.json")
+CPU_ANSWERS = 'version = 1\n[torch]\ncuda = "cpu"\n'
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def mlsetup(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
+    """`mlsetup ARGV` in this process, through the same main() the console script calls."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    captured = capsys.readouterr()
+    return Outcome(int(exited.value.code or 0), captured.out, captured.err)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, str]:
+    """@ROOT@ a fake machine (Debian 12, no GPU), @ANSWERS@ a CPU-torch answers file."""
+    FakeMachine(tmp_path / "root", distro=("debian", "12"))
+    answers = tmp_path / "answers.toml"
+    answers.write_text(CPU_ANSWERS)
+    return {"@ROOT@": str(tmp_path / "root"), "@ANSWERS@": str(answers), "@H200@": H200}
+
+
+def _probe_os(o: Outcome) -> object:
+    return o.code, json.loads(o.out)["os"]  # memory and disk figures move between two probes
+
+
+def _plan(o: Outcome) -> object:
+    plan = json.loads(o.out)
+    return o.code, [
+        (s["name"], s["status"], [a["argv"] for a in s["actions"]]) for s in plan["steps"]
+    ]
+
+
+def _dry_run(o: Outcome) -> object:
+    assert o.code == 0, o.err
+    assert "dry run" in o.out and "(dry run: not executed)" in o.out  # shown, never executed
+    return o.code, [line.split("]", 1)[1] for line in o.out.splitlines() if "]" in line]
+
+
+def _refused(o: Outcome) -> object:
+    assert o.code == 2 and "usage:" in o.err, o
+    return o.code
+
+
+def _code(o: Outcome) -> object:
+    return o.code
+
+
+@dataclass(frozen=True)
+class Case:
+    option: list[str]  # the global option, with its value
+    command: str
+    rest: list[str]  # the command's own arguments
+    observe: Callable[[Outcome], object]  # what must be the same in both positions
+    without: bool = True  # the result differs when the option is left out (it has an effect)
+
+
+CASES = [
+    Case(["--root", "@ROOT@"], "probe", ["--json"], _probe_os),
+    Case(["--root", "@ROOT@"], "plan", ["--answers", "@ANSWERS@", "--json"], _plan),
+    Case(["--root", "@ROOT@"], "apply", ["--dry-run", "--answers", "@ANSWERS@"], _dry_run),
+    Case(["--root", "@ROOT@"], "answers", ["--schema"], _code, without=False),
+    Case(["--root", "@ROOT@"], "attach", [], _code, without=False),
+    Case(["--dry-run"], "apply", ["--facts", "@H200@", "--answers", "@ANSWERS@"], _dry_run),
+    Case(["--dry-run"], "plan", ["--facts", "@H200@", "--json"], _plan, without=False),
+    Case(["--dry-run"], "probe", ["--json", "--root", "@ROOT@"], _probe_os, without=False),
+    Case(["--facts", "@H200@"], "plan", ["--json", "--root", "@ROOT@"], _plan),
+    Case(["--facts", "@H200@"], "apply", ["--dry-run", "--answers", "@ANSWERS@"], _dry_run),
+    Case(["--answers", "@ANSWERS@"], "plan", ["--facts", "@H200@", "--json"], _plan),
+    Case(["--answers", "@ANSWERS@"], "apply", ["--dry-run", "--facts", "@H200@"], _dry_run),
+    # a command with no use for the option refuses it, wherever it stands
+    Case(["--facts", "@H200@"], "probe", ["--json"], _refused),
+    Case(["--answers", "@ANSWERS@"], "probe", [], _refused),
+    Case(["--facts", "@H200@"], "attach", [], _refused),
+    Case(["--answers", "@ANSWERS@"], "answers", ["--schema"], _refused),
+]
+
+
+def _fill(argv: list[str], inputs: dict[str, str]) -> list[str]:
+    return [inputs.get(a, a) for a in argv]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.option[0]}-{c.command}")
+def test_a_global_option_means_the_same_before_and_after_the_command(
+    case: Case,
+    inputs: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("SUDO_USER", "alice")  # the fake machine's account, for the venv step
+    option, rest = _fill(case.option, inputs), _fill(case.rest, inputs)
+    root = [] if "--root" in case.option + case.rest else ["--root", inputs["@ROOT@"]]
+    before = mlsetup([*option, case.command, *rest, *root], capsys)
+    after = mlsetup([case.command, *option, *rest, *root], capsys)
+    assert case.observe(before) == case.observe(after), (before, after)
+    if case.without:  # and the option was not simply dropped in both
+        left_out = mlsetup([case.command, *rest, *root], capsys)
+        assert left_out.code != before.code or left_out.out != before.out, left_out
+
+
+def test_the_table_covers_every_global_option_with_every_command_in_both_positions():
+    options = {c.option[0] for c in CASES}
+    assert options == {"--" + name.replace("_", "-") for name in GLOBAL_DEFAULTS}
+    for name in GLOBAL_DEFAULTS:
+        flag = "--" + name.replace("_", "-")
+        covered = {c.command for c in CASES if c.option[0] == flag}
+        wanted = {cmd for cmd in TAKES if cmd is not None}
+        if name in ("answers", "facts"):  # taken or refused: both are a stated behaviour
+            assert covered >= {cmd for cmd in wanted if name in TAKES[cmd]}
+            assert covered - {cmd for cmd in wanted if name in TAKES[cmd]}, flag
+        else:
+            assert covered >= {"probe", "plan", "apply"}, flag
+
+
+def test_answers_alone_prints_its_help(capsys: pytest.CaptureFixture[str]):
+    o = mlsetup(["answers"], capsys)
+    assert o.code == 0 and o.out.startswith("usage: mlsetup answers")
+    assert "--schema" in o.out and "answers.example.toml" in o.out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["answers", "--schema"],
+        ["answers"],
+        ["probe"],
+        ["probe", "--json"],
+        ["plan", "--facts", H200],
+        ["plan", "--facts", H200, "--json"],
+        [
+            "apply",
+            "--dry-run",
+            "--facts",
+            H200,
+            "--answers",
+            str(REPO / "assets/answers.example.toml"),
+        ],
+    ],
+    ids=" ".join,
+)
+def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path):
+    """`mlsetup … | head -1` where head has gone: no BrokenPipeError traceback on stderr."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write
+    FakeMachine(tmp_path / "root")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            *argv,
+            *(["--root", str(tmp_path / "root")] if argv != ["--help"] else []),
+        ],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "SUDO_USER": "alice"},
+    )
+    os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode in (0, 141), (done.returncode, done.stderr)
