@@ -44,14 +44,13 @@ from steps.events import (
 from steps.extensions import target_key
 from steps.facts import Facts, load_facts
 from steps.governor import GiB, Governor
-from steps.knowledge import ASSETS_DIR
 from steps.paths import Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.runner import Result, Runner, RunnerError, carried_environment, lookup_account
-from steps.service import systemd_booted
+from steps.service import RESUME_UNIT, resume_unit, systemd_booted
 from steps.state import (
     ActionRecord,
     CorruptState,
@@ -68,7 +67,6 @@ from steps.wheels import BUILD_ROOT, build_dir, publish
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
 OOM_RETRIES = 2
 RESUME_COMMAND = "sudo mlsetup apply --resume"
-RESUME_UNIT = "mlsetup-resume.service"
 REPORT_SCHEMA = "mlsetup.report/1"
 DPKG_LOCK_TIMEOUT = 600.0
 
@@ -583,8 +581,7 @@ class Engine:
         )
 
     def _install_resume_unit(self) -> None:
-        unit = (ASSETS_DIR / "systemd" / RESUME_UNIT).read_text()
-        write_atomic(self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), unit, mode=0o644)
+        write_atomic(self.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), resume_unit(), mode=0o644)
         self._command(
             "reboot",
             Action(

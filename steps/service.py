@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 import uuid
+from importlib import resources
+from pathlib import Path
 
 from steps.errors import NeedsRootError
 from steps.paths import Paths
@@ -28,6 +30,7 @@ from steps.runner import carried_environment
 from steps.state import write_atomic
 
 UNIT = "mlsetup-apply"
+RESUME_UNIT = "mlsetup-resume.service"
 # An engine takes its handover within seconds of its start; one older than this belongs to an
 # engine that never started (it died first), and holds nothing anyone will read again.
 STALE_HANDOVER_S = 600
@@ -38,9 +41,39 @@ def systemd_booted(fs: RootFS) -> bool:
     return fs.path("/run/systemd/system").is_dir()
 
 
+def mlsetup_command() -> list[str]:
+    """This installation of mlsetup as an absolute command, for the detached engine and the
+    resume unit: the console script installed beside this interpreter (install.sh's
+    /opt/mlsetup/bin/mlsetup, whatever MLSETUP_BINDIR links to it; a pipx, `uv tool` or venv
+    install). Where there is none (`pip install --user`), this interpreter with the module, -P so
+    that no `app/` package in the working directory (a container's /app) stands in for ours;
+    Python 3.10 has no -P, and its -I leaves the working directory out of sys.path as well."""
+    script = Path(sys.executable).parent / "mlsetup"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    safe_path = "-P" if sys.version_info >= (3, 11) else "-I"
+    return [sys.executable, safe_path, "-m", "app.cli"]
+
+
 def engine_argv(args: list[str]) -> list[str]:
     """The command that runs the engine in the foreground with these `mlsetup apply` args."""
-    return [sys.executable, "-m", "app.cli", "apply", *args, "--foreground"]
+    return [*mlsetup_command(), "apply", *args, "--foreground"]
+
+
+def resume_unit() -> str:
+    """The one-shot resume unit (assets/systemd), its ExecStart naming this installation."""
+    template = resources.files("assets").joinpath("systemd", RESUME_UNIT).read_text()
+    command = " ".join(_unit_word(word) for word in mlsetup_command())
+    return template.replace("@MLSETUP@", command)
+
+
+def _unit_word(word: str) -> str:
+    """One word of an ExecStart= line, quoted as systemd.service(5) reads it ("%" is a specifier
+    there, "%%" a percent sign; "$$" a dollar sign)."""
+    word = word.replace("%", "%%").replace("$", "$$")
+    if word and all((c.isascii() and c.isalnum()) or c in "/._-+:@%$" for c in word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def start_detached(fs: RootFS, args: list[str]) -> str:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from app.cli import run
 from steps.engine import ApplyLock
@@ -339,7 +340,9 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
     # the engine reports the pause, then reboots: the viewer may be back before the reboot ran
     wait_for(server.apply_lock_free)
     unit = server.root / "etc/systemd/system/mlsetup-resume.service"
-    assert "ExecStart=/usr/local/bin/mlsetup apply --resume --foreground" in unit.read_text()
+    # the installed mlsetup that wrote it (here the test venv's console script), wherever it is
+    installed = Path(sys.executable).parent / "mlsetup"
+    assert f"ExecStart={installed} apply --resume --foreground" in unit.read_text()
     assert server.commands()[-2:] == ["systemctl mlsetup-resume.service", "reboot"]
     # the machine rebooted (the stand-in did it); systemd starts the enabled unit, with no
     # SUDO_USER, no proxy, no PATH to the stand-ins: the run's own environment comes back
