@@ -5,6 +5,13 @@
 #   tests/device/h200.sh e2e              mlsetup's extensions step builds tests/fixtures/cudaext
 #                                          for the arch the probe found, installs it, runs it on
 #                                          the GPU; a second apply runs nothing
+#   tests/device/h200.sh wheelhouse       HERE, not on the server: build mlsetup's wheel and fetch
+#                                          the dependency wheels the image lacks (cp312 manylinux)
+#                                          into .device/wheelhouse, for wheel-e2e
+#   tests/device/h200.sh wheel-e2e        the e2e through the BUILT wheel, not the checkout: a fresh
+#                                          venv with .device/wheelhouse/mlsetup-*.whl and its
+#                                          dependencies (.whl, .device/wheelhouse), run from
+#                                          another directory: probe, plan, apply, a second apply
 #   tests/device/h200.sh governed SECONDS flash-attn 2.8.3 through mlsetup, memory governor,
 #                                          memory_limit 32GiB, stopped after SECONDS
 #   tests/device/h200.sh static SECONDS   the same compile with flash-attn's own rule for 32 GiB
@@ -21,11 +28,42 @@ mode=$1
 seconds=${2:-450}
 work=/tmp/mlsetup-device
 venv=/opt/torch/.venv  # the image's own venv: torch 2.11.0+cu130 is already there
-mkdir -p "$work/recipes" "$out"
+wheelhouse=$repo/.device/wheelhouse
 
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.whl/*.whl
-export PYTHONPATH=/tmp/site:$repo PATH=/tmp/site/bin:$PATH UV_OFFLINE=1 PYTHONUNBUFFERED=1
-export MLSETUP_EXTENSIONS_DIR=$work/recipes
+if [ "$mode" = wheelhouse ]; then
+    # The image has python 3.12 with psutil, packaging, ninja and nvidia-ml-py in /opt/torch/.venv,
+    # which a fresh venv does not see; the rest (textual, pydantic, distro, uv and theirs) is in
+    # .whl already. The versions are the ones the suite runs with here.
+    rm -rf "$wheelhouse" && mkdir -p "$wheelhouse"
+    "$repo/.venv/bin/python" -m build --no-isolation --wheel --outdir "$wheelhouse" "$repo"
+    pins=$("$repo/.venv/bin/python" -m pip list --format=freeze --disable-pip-version-check \
+        | grep -iE '^(psutil|nvidia-ml-py|packaging|ninja)==')
+    # shellcheck disable=SC2086  # one argument per pin
+    "$repo/.venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+        --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 \
+        --platform manylinux2010_x86_64 -d "$wheelhouse" $pins
+    ls -l "$wheelhouse"
+    exit 0
+fi
+
+mkdir -p "$work/recipes" "$out"
+export UV_OFFLINE=1 PYTHONUNBUFFERED=1 MLSETUP_EXTENSIONS_DIR=$work/recipes
+if [ "$mode" = wheel-e2e ]; then
+    # the installed product alone: nothing of the checkout on sys.path, run from elsewhere
+    installed=/tmp/mlsetup-wheel
+    rm -rf "$installed"
+    python3 -m venv --without-pip "$installed"
+    python3 -m pip --python "$installed/bin/python" install -q --no-index --no-compile \
+        --disable-pip-version-check --find-links "$repo/.whl" --find-links "$wheelhouse" \
+        "$wheelhouse"/mlsetup-*.whl
+    PATH=$installed/bin:$PATH
+    cd "$work"
+else
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.whl/*.whl
+    export PYTHONPATH=/tmp/site:$repo PATH=/tmp/site/bin:$PATH
+fi
 sed "s#@SOURCE@#$repo/tests/fixtures/cudaext#" "$repo/tests/fixtures/cudaext.toml" \
     > "$work/recipes/cudaext.toml"
 # flash-attn's recipe as shipped, but from the carried sdist: the server reaches no index
@@ -58,7 +96,9 @@ $1
 TOML
 }
 
-mlsetup() { python3 -m app.cli "$@"; }
+if [ "$mode" != wheel-e2e ]; then
+    mlsetup() { python3 -m app.cli "$@"; }
+fi
 
 flash_attn_tree=/var/cache/mlsetup/build/flash-attn-2.8.3
 
@@ -82,6 +122,33 @@ e2e)
         python3 -m app.cli apply --answers "$work/answers.toml" --foreground 2>&1 | tee "$out/e2e-apply.txt"
     cp /var/lib/mlsetup/report.json "$out/e2e-report.json"
     mlsetup apply --answers "$work/answers.toml" --foreground | tee "$out/e2e-second-apply.txt"
+    ;;
+wheel-e2e)
+    # a run of the e2e before this one on the same machine would leave nothing to do
+    rm -rf /var/lib/mlsetup /var/log/mlsetup /var/cache/mlsetup/build/cudaext-*
+    uv pip uninstall --python "$venv/bin/python" cudaext >/dev/null 2>&1 || true
+    { echo "mlsetup: $(command -v mlsetup), $(mlsetup --version)"
+      echo "imported from: $(python -c 'import app, assets; print(app.__file__, assets.__file__)')"
+      echo "working directory: $PWD"; } | tee "$out/wheel-e2e-where.txt"
+    timed() {  # $1: a name for $out; the rest: the mlsetup command line
+        local name=$1 start=$EPOCHREALTIME code
+        shift
+        set +e
+        mlsetup "$@" 2>&1 | tee "$out/wheel-e2e-$name.txt"
+        code=${PIPESTATUS[0]}
+        set -e
+        awk -v n="$name" -v c="$code" -v s="$start" -v e="$EPOCHREALTIME" \
+            'BEGIN { printf "%-14s exit %s in %.2f s\n", n, c, e - s }' \
+            | tee -a "$out/wheel-e2e-times.txt"
+    }
+    answers $'[[extensions]]\nname = "cudaext"\nversion = "0.1.0"'
+    timed probe probe --json
+    timed plan plan --answers "$work/answers.toml"
+    timed apply apply --answers "$work/answers.toml" --foreground
+    cp /var/lib/mlsetup/report.json "$out/wheel-e2e-report.json"
+    timed second-apply apply --answers "$work/answers.toml" --foreground
+    grep -q "plan: 0 step(s) to do, 0 action(s)" "$out/wheel-e2e-second-apply.txt" \
+        && echo "second apply: nothing run" | tee -a "$out/wheel-e2e-times.txt"
     ;;
 governed)
     start_flash_attn governed
