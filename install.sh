@@ -38,5 +38,7 @@ echo "install.sh: creating $prefix with $("$python" --version)"
 "$python" -m venv --clear "$prefix"
 "$prefix/bin/python" -m pip install --quiet --disable-pip-version-check "$src"
 mkdir -p "$bindir"
+# The link is for people; what mlsetup starts by itself (the detached engine, the resume unit's
+# ExecStart) names $prefix/bin/mlsetup, the script beside the interpreter that runs it.
 ln -sfn "$prefix/bin/mlsetup" "$bindir/mlsetup"
 echo "install.sh: installed $("$prefix/bin/mlsetup" --version) as $bindir/mlsetup"
