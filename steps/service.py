@@ -47,8 +47,9 @@ def mlsetup_command() -> list[str]:
     /opt/mlsetup/bin/mlsetup, whatever MLSETUP_BINDIR links to it; a pipx, `uv tool` or venv
     install). Where there is none (`pip install --user`, a system pip), this interpreter with the
     module, -P so that no `app/` package in the working directory (a container's /app) stands in
-    for ours. Python 3.10 has no -P; its -I leaves the working directory out too, and the user
-    site with it (PEP 668 keeps `pip install --user` off Ubuntu 22.04's root anyway)."""
+    for ours. Python 3.10 has no -P; its -I leaves the working directory out too, but the user
+    site as well, so there a `pip install --user` of mlsetup cannot start its own engine: install
+    it with install.sh, pipx or into a venv."""
     script = Path(sys.executable).parent / "mlsetup"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
