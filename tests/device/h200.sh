@@ -66,8 +66,11 @@ else
 fi
 sed "s#@SOURCE@#$repo/tests/fixtures/cudaext#" "$repo/tests/fixtures/cudaext.toml" \
     > "$work/recipes/cudaext.toml"
-# flash-attn's recipe as shipped, but from the carried sdist: the server reaches no index
-python3 - "$repo" "$work/recipes/flash-attn.toml" <<'PY'
+if [ "$mode" = wheel-e2e ]; then
+    rm -f "$work/recipes/flash-attn.toml"  # only cudaext's recipe: an earlier mode's would stay
+else
+    # flash-attn's recipe as shipped, but from the carried sdist: the server reaches no index
+    python3 - "$repo" "$work/recipes/flash-attn.toml" <<'PY'
 import json, sys, tomllib
 repo, dest = sys.argv[1], sys.argv[2]
 recipe = tomllib.load(open(f"{repo}/assets/extensions.toml", "rb"))["flash-attn"]
@@ -78,6 +81,7 @@ def value(v):
     return json.dumps(v)
 open(dest, "w").write("[flash-attn]\n" + "".join(f"{k} = {value(v)}\n" for k, v in recipe.items()))
 PY
+fi
 
 answers() {  # answers for the image's venv and torch; $1: extensions tables
     cat > "$work/answers.toml" <<TOML
