@@ -96,7 +96,7 @@ def test_h200_with_finished_venv_has_nothing_to_do():
     venv = VenvState(
         path="/root/ml-env",
         python_version="3.12.3",
-        packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3"},
+        packages={"torch": "2.15.0+cu130", "flash-attn": "2.8.3"},
         torch_cuda="13.0",
     )
     plan = plan_for(H200, FLASH_ATTN, venv)
