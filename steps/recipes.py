@@ -140,7 +140,19 @@ class RecipeModel(_Overridable):
     prebuilt_cuda_majors: list[Digits]
     requirement: str = "{package}=={version}"
     smoke_test: Annotated[str, StringConstraints(max_length=SMOKE_TEST_LIMIT)] = ""
+    checked: str = Field("", description="the newest release whose setup.py this recipe was "
+                         "checked against (tools/refresh_knowledge.py reports newer ones)")
     variant: list[VariantModel] = Field(default_factory=list)
+
+    @field_validator("checked")
+    @classmethod
+    def _checked(cls, v: str) -> str:
+        if v:
+            try:
+                Version(v)
+            except InvalidVersion:
+                raise ValueError("allowed: a release version such as \"2.8.3\", or \"\"") from None
+        return v
 
     @field_validator("force_build_variable")
     @classmethod
@@ -213,6 +225,7 @@ class ExtensionRecipe:
     requirement: str = "{package}=={version}"
     # Python run in the venv after install: imports the extension and makes one tiny call
     smoke_test: str = ""
+    checked: str = ""  # the newest release whose setup.py the recipe was checked against
     variants: tuple[Variant, ...] = ()
 
     def for_build(self, version: str, nvcc: str | None) -> ExtensionRecipe:
