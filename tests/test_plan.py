@@ -390,3 +390,13 @@ def test_flash_attn_post1_may_fetch_its_cu13_release_wheel():
     post1 = FLASH_ATTN.replace('"2.8.3"', '"2.8.3.post1"')
     build = next(a for a in plan_for(H200, post1).actions if a.id.endswith(".build"))
     assert "FLASH_ATTENTION_FORCE_BUILD" not in build.env
+
+
+@pytest.mark.parametrize("version", ["../../../etc", "2.8.3 --index-url=http://evil", "latest"])
+def test_an_extension_version_that_is_no_release_is_refused(tmp_path, version):
+    # it would become part of the build tree's path and an argv element of pip
+    answers = tmp_path / "a.toml"
+    answers.write_text(f'version = 1\n[[extensions]]\nname = "flash-attn"\nversion = "{version}"\n')
+    run = run_cli("plan", "--facts", str(H200), "--answers", str(answers))
+    assert run.returncode == 2 and "extensions[0].version" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
