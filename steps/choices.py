@@ -133,7 +133,8 @@ def _same_major(a: str, b: str) -> bool:
 def _candidate_releases(answers: Answers) -> list[TorchRelease]:
     releases = list(knowledge().torch.releases)
     if answers.torch.version == "auto":
-        return releases
+        # the newest releases with wheels for the venv's Python (2.15 has none for 3.10)
+        return [r for r in releases if answers.venv.python in r.pythons] or releases
     spec = SpecifierSet(answers.torch.version)
     return [r for r in releases if r.matches(spec)]
 

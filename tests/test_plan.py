@@ -400,3 +400,13 @@ def test_an_extension_version_that_is_no_release_is_refused(tmp_path, version):
     run = run_cli("plan", "--facts", str(H200), "--answers", str(answers))
     assert run.returncode == 2 and "extensions[0].version" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_auto_torch_is_the_newest_release_for_the_venvs_python():
+    # Ubuntu 22.04's Python is 3.10, which torch 2.15 (requires-python >= 3.11) has no wheels for
+    plan = plan_for(FRESH, '[venv]\npython = "3.10"\n')
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert "torch==2.14.*" in torch.argv and not any("no wheels for Python" in w
+                                                     for w in plan.warnings)
+    assert "torch==2.15.*" in next(a for a in plan_for(FRESH).actions
+                                   if a.id == "venv.torch").argv
