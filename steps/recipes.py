@@ -28,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -59,7 +60,7 @@ RecipeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,6
 Digits = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}$")]
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9]$")]
 ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
-Gib = Annotated[float, Field(gt=0, le=1024)]
+Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
 Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
 
 

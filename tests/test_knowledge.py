@@ -176,6 +176,7 @@ BAD_RECIPES = {
     "typo": ("threds = 4", "flash-attn.threds", "unknown key"),
     "wrong-type": ("threads = \"four\"", "flash-attn.threads", "integer"),
     "bool-threads": ("threads = true", "flash-attn.threads", "integer"),
+    "bool-size": ("peak_job_gib = true", "flash-attn.peak_job_gib", "number"),
     "flag-in-requires": ('build_requires = ["--index-url=http://evil"]',
                          "flash-attn.build_requires", "requirement"),
     "url-in-requires": ('build_requires = ["x @ http://evil/x.whl"]',
