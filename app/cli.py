@@ -14,7 +14,7 @@ from pathlib import Path
 from steps.answers import Answers, load_answers
 from steps.errors import InputError, MlsetupError
 from steps.facts import Facts, load_facts
-from steps.knowledge import ASSETS_DIR
+from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
 from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
@@ -155,6 +155,7 @@ def run(argv: list[str]) -> int:
     args = parse(argv)
     if not args.root.is_dir():
         raise InputError(f"--root {str(args.root)!r}: not a directory")
+    use_root(args.root)  # the operator's recipes are read from under --root
     from app.console import facts_text, plan_text
 
     if args.command == "probe":

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -153,6 +154,18 @@ class ExtensionAnswers(_Section):
         known = sorted(knowledge().extensions)
         if v not in known:
             raise ValueError(f"allowed: {', '.join(known)}")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        # it becomes an argv element (flash-attn==VERSION) and part of the build tree's path
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError('allowed: a release version such as "2.8.3"') from None
+        if not re.fullmatch(r"[0-9A-Za-z.+!_-]{1,64}", v):
+            raise ValueError('allowed: a release version such as "2.8.3"')
         return v
 
     @field_validator("archs")

@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from steps.answers import Answers, ExtensionAnswers
+from steps.errors import InputError
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
 from steps.warnings import machine_warnings
@@ -132,7 +133,8 @@ def _same_major(a: str, b: str) -> bool:
 def _candidate_releases(answers: Answers) -> list[TorchRelease]:
     releases = list(knowledge().torch.releases)
     if answers.torch.version == "auto":
-        return releases
+        # the newest releases with wheels for the venv's Python (2.15 has none for 3.10)
+        return [r for r in releases if answers.venv.python in r.pythons] or releases
     spec = SpecifierSet(answers.torch.version)
     return [r for r in releases if r.matches(spec)]
 
@@ -154,7 +156,7 @@ def _choose_torch(
         build = _auto_build(facts, answers, releases, warnings)
     elif build != "cpu":
         ccs = facts.compute_capabilities
-        bad = [cc for cc in ccs if not k.torch.build(build).runs_on(cc)]
+        bad = [cc for cc in ccs if not k.torch.build(build).runs_on(cc, facts.os.arch)]
         if bad:
             warnings.append(
                 f"torch's {build} build has no kernels for compute capability {', '.join(bad)}: "
@@ -170,10 +172,15 @@ def _auto_build(
     k = knowledge()
     if not facts.gpus:
         return "cpu"
-    newest = releases[0].builds if releases else tuple(k.torch.builds)
-    by_cuda = sorted(newest, key=lambda b: Version(_cuda(b)), reverse=True)
     ccs = facts.compute_capabilities
-    gpu_ok = [b for b in by_cuda if all(k.torch.build(b).runs_on(cc) for cc in ccs)]
+    machine = facts.os.arch
+    gpu_ok: list[str] = []
+    # the newest release with a build for these GPUs (2.15 dropped cu126, the last with Volta)
+    for builds in [r.builds for r in releases] or [tuple(k.torch.builds)]:
+        by_cuda = sorted(builds, key=lambda b: Version(_cuda(b)), reverse=True)
+        gpu_ok = [b for b in by_cuda if all(k.torch.build(b).runs_on(cc, machine) for cc in ccs)]
+        if gpu_ok:
+            break
     if not gpu_ok:
         warnings.append(
             f"no torch build runs on compute capability {', '.join(ccs)}; using the CPU build."
@@ -224,10 +231,28 @@ def _driver_target(
     needed = 0
     if cuda and (rel := k.cuda.release(cuda)):
         needed = int(rel.min_driver.split(".")[0])
+    # Maxwell, Pascal and Volta: no driver branch after R580 supports them
+    limits = [(g, last) for g in facts.gpus
+              if (last := k.driver.last_branch_for(g.compute_capability)) is not None]
+    ceiling = min((last for _, last in limits), default=None)
     if answers.driver.branch == "auto":
         branch = max(k.driver.recommended_branch, needed, k.repo.min_driver_branch)
+        if ceiling is not None and branch > ceiling:
+            branch = ceiling
+            warnings.append(
+                f"CUDA {cuda} needs driver branch {needed}, but {_gpu_names(limits)} "
+                f"{'is' if len(limits) == 1 else 'are'} supported only up to branch {ceiling}: "
+                f"installing {ceiling}; set torch.cuda to a build that branch runs."
+            )
     else:
         branch = int(answers.driver.branch)
+        if ceiling is not None and branch > ceiling:
+            raise InputError(
+                f"driver.branch = {answers.driver.branch!r}: {_gpu_names(limits)} "
+                f"(compute capability below {k.driver.open_modules_min_compute_capability}) "
+                f"{'is' if len(limits) == 1 else 'are'} supported by no driver after branch "
+                f"{ceiling}; allowed: \"auto\" or a branch up to \"{ceiling}\""
+            )
         if branch < needed:
             warnings.append(
                 f"driver.branch {branch} is older than CUDA {cuda} needs "
@@ -236,7 +261,6 @@ def _driver_target(
 
     ccs = [Version(cc) for cc in facts.compute_capabilities]
     open_min = Version(k.driver.open_modules_min_compute_capability)
-    open_required = Version(k.driver.open_modules_required_from_compute_capability)
     modules: Literal["open", "proprietary"]
     if answers.driver.modules == "auto":
         modules = "proprietary" if any(cc < open_min for cc in ccs) else "open"
@@ -247,12 +271,22 @@ def _driver_target(
                 "driver.modules is open, but GPUs older than Turing (compute capability < 7.5) "
                 "work only with the proprietary modules."
             )
-        if modules == "proprietary" and any(cc >= open_required for cc in ccs):
-            warnings.append(
-                "driver.modules is proprietary, but Blackwell GPUs (compute capability >= 10.0) "
-                "work only with the open modules."
+        need_open = [g for g in facts.gpus
+                     if k.driver.requires_open_modules(g.compute_capability, g.pci_device_id)]
+        if modules == "proprietary" and need_open:
+            raise InputError(
+                f'driver.modules = "proprietary": {_gpu_names([(g, 0) for g in need_open])} '
+                "(Grace Hopper and Blackwell) work only with the open kernel modules; "
+                'allowed: "auto" or "open"'
             )
     return branch, modules
+
+
+def _gpu_names(gpus: list) -> str:
+    """'GPU 0 (Tesla V100-SXM2-32GB, 7.0)' for each (gpu, _) pair."""
+    return ", ".join(
+        f"GPU {g.index} ({g.name or 'unknown'}, {g.compute_capability})" for g, _ in gpus
+    )
 
 
 def _machine_warnings(
@@ -307,7 +341,8 @@ def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> 
 def _build_target(
     facts: Facts, answers: Answers, cuda: str | None, answer: ExtensionAnswers, warnings: list[str]
 ) -> BuildTarget | None:
-    recipe = knowledge().extensions[answer.name]
+    # the arch list can depend on the extension's release and on nvcc's (= torch's) CUDA
+    recipe = knowledge().extensions[answer.name].for_build(answer.version, cuda)
     ccs = facts.compute_capabilities if answer.archs == "auto" else list(answer.archs)
     label = f"{answer.name} {answer.version}"
     if cuda is None:

@@ -21,17 +21,21 @@ class Diagnosis:
 @dataclass(frozen=True)
 class _Signature:
     id: str
-    pattern: re.Pattern[str]
+    patterns: tuple[re.Pattern[str], ...]  # forms of one message, each with the same groups
     why: str
     next: str
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return next((m for p in self.patterns if (m := p.search(text))), None)
 
 
 @cache
 def _signatures() -> tuple[_Signature, ...]:
-    return tuple(
-        _Signature(s["id"], re.compile(s["pattern"]), s["why"], s["next"])
-        for s in load_asset("diagnoses.toml")["signature"]
-    )
+    out = []
+    for s in load_asset("diagnoses.toml")["signature"]:
+        forms = s["pattern"] if isinstance(s["pattern"], list) else [s["pattern"]]
+        out.append(_Signature(s["id"], tuple(map(re.compile, forms)), s["why"], s["next"]))
+    return tuple(out)
 
 
 def _fill(template: str, match: re.Match[str], log: str) -> str:
@@ -45,7 +49,7 @@ def diagnose(lines: list[str], exit_code: int | None, log: str) -> Diagnosis | N
     """The first signature (in the file's order) found in the output, or None."""
     text = "\n".join(lines)
     for sig in _signatures():
-        match = sig.pattern.search(text)
+        match = sig.search(text)
         if match:
             return Diagnosis(sig.id, _fill(sig.why, match, log), _fill(sig.next, match, log))
     if exit_code in OOM_EXIT_CODES:

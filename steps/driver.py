@@ -94,10 +94,10 @@ def _why_install(facts: Facts, answers: Answers, choices: Choices) -> str:
         why = f"driver {drv.version} cannot run CUDA {choices.cuda}"
     text = f"{why}: install {target}, then reboot"
     if facts.secure_boot == "enabled":
+        key = knowledge().driver.mok_key_for(facts.os.id)
         text += (
             ". Secure Boot is on: DKMS signs the modules with the machine owner key "
-            f"{knowledge().driver.mok_key_path}; before rebooting run "
-            f"`sudo mokutil --import {knowledge().driver.mok_key_path}` and choose a one-time "
+            f"{key}; before rebooting run `sudo mokutil --import {key}` and choose a one-time "
             "password, then on the console at boot pick 'Enroll MOK' and type it"
         )
     return text

@@ -47,8 +47,9 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
         # nvcc from the toolkit that matches torch's CUDA, then the venv's ninja.
         "PATH": f"{target.cuda_home}/bin:{choices.venv_path}/bin:{SYSTEM_PATH}",
         "MAX_JOBS": str(target.max_jobs),
-        recipe.threads_variable: str(recipe.threads),
     }
+    if recipe.threads_variable:  # "": the extension hard-codes nvcc's --threads
+        env[recipe.threads_variable] = str(recipe.threads)
     if recipe.arch_variable:
         env[recipe.arch_variable] = target.arch_value
     # "auto": the project's build fetches its own release wheel when one matches this torch;

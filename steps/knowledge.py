@@ -17,6 +17,8 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
@@ -26,6 +28,9 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 # install it zipped, so its resources are files on disk: the driver step hands one to `install`
 # and Textual reads the stylesheet by path.
 ASSETS_DIR = Path(str(resources.files("assets")))
+
+
+__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "use_root"]
 
 
 def load_asset(name: str) -> dict:
@@ -97,8 +102,28 @@ class DriverKnowledge:
     open_modules_min_compute_capability: str
     open_modules_required_from_compute_capability: str
     open_modules_default_from_branch: int
+    open_modules_required_devices: tuple[str, ...]  # PCI ids: Grace Hopper
+    last_branch_before_turing: int
     recommended_branch: int
-    mok_key_path: str
+    mok_key_path: dict[str, str]  # os id -> DKMS's signing certificate
+
+    def mok_key_for(self, os_id: str | None) -> str:
+        return self.mok_key_path.get(os_id or "", self.mok_key_path["ubuntu"])
+
+    def requires_open_modules(self, compute_capability: str | None, pci_id: str | None) -> bool:
+        return (pci_id or "").lower() in self.open_modules_required_devices or bool(
+            compute_capability
+            and Version(compute_capability)
+            >= Version(self.open_modules_required_from_compute_capability)
+        )
+
+    def last_branch_for(self, compute_capability: str | None) -> int | None:
+        """The newest driver branch that supports this GPU (None: no limit known)."""
+        if compute_capability and Version(compute_capability) < Version(
+            self.open_modules_min_compute_capability
+        ):
+            return self.last_branch_before_turing
+        return None
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,7 @@ class NvidiaRepo:
     toolkit_path: str
     repo: dict[str, str]
     arch: dict[str, str]
+    repo_arches: dict[str, list[str]]  # repositories published for only some architectures
     driver_package: dict[str, str | int]
 
     def driver_packages(self, branch: int, modules: str) -> tuple[str, str]:
@@ -125,7 +151,7 @@ class NvidiaRepo:
     def url_for(self, os_id: str | None, version_id: str | None, machine: str | None) -> str | None:
         repo = self.repo.get(f"{os_id}-{version_id}")
         arch = self.arch.get(machine or "")
-        if repo is None or arch is None:
+        if repo is None or arch is None or arch not in self.repo_arches.get(repo, [arch]):
             return None
         return self.base_url.format(repo=repo, arch=arch)
 
@@ -144,18 +170,26 @@ class TorchBuild:
     min_compute_capability: str | None
     max_compute_capability: str | None
 
-    def runs_on(self, compute_capability: str) -> bool:
+    aarch64_min_compute_capability: str | None = None
+
+    def runs_on(self, compute_capability: str, machine: str | None = None) -> bool:
+        """Whether this build has kernels for the GPU; aarch64 wheels cover fewer GPUs."""
         if self.min_compute_capability is None or self.max_compute_capability is None:
             return True
+        floor = self.min_compute_capability
+        if machine == "aarch64" and self.aarch64_min_compute_capability:
+            floor = max(floor, self.aarch64_min_compute_capability, key=Version)
         cc = Version(compute_capability)
-        return Version(self.min_compute_capability) <= cc <= Version(self.max_compute_capability)
+        return Version(floor) <= cc <= Version(self.max_compute_capability)
 
 
 @dataclass(frozen=True)
 class TorchRelease:
     series: str  # "2.11"
-    builds: tuple[str, ...]
-    pythons: tuple[str, ...]
+    builds: tuple[str, ...]  # CUDA builds on download.pytorch.org
+    pythons: tuple[str, ...]  # CPython versions with Linux wheels on PyPI, "3.12"
+    pypi_cuda: str  # the CUDA of PyPI's own Linux wheel (no index URL): "13.0"
+    requires_python: str  # the wheels' Requires-Python, ">=3.10"
 
     @property
     def requirement(self) -> str:
@@ -188,48 +222,6 @@ class TorchKnowledge:
 
 
 @dataclass(frozen=True)
-class ExtensionRecipe:
-    name: str
-    package: str
-    import_name: str
-    arch_variable: str
-    arch_map: dict[str, str]
-    threads_variable: str
-    threads: int
-    force_build_variable: str
-    peak_job_gib: float
-    build_requires: tuple[str, ...]
-    # CUDA majors the project publishes release wheels for (its build fetches them itself)
-    prebuilt_cuda_majors: tuple[str, ...]
-    # what `pip install` is given: a name and version, or a local source directory or archive
-    requirement: str = "{package}=={version}"
-    # Python run in the venv after install: imports the extension and makes one tiny call
-    smoke_test: str = ""
-
-    def requirement_for(self, version: str) -> str:
-        return self.requirement.format(package=self.package, version=version)
-
-    @property
-    def min_compute_capability(self) -> str:
-        return min(self.arch_map, key=Version)
-
-    def unsupported(self, compute_capabilities: list[str]) -> list[str]:
-        return [cc for cc in compute_capabilities if cc not in self.arch_map]
-
-    def arch_value(self, compute_capabilities: list[str]) -> str | None:
-        """The arch variable's value for these GPUs, or None if one of them is unsupported."""
-        values = []
-        for cc in compute_capabilities:
-            value = self.arch_map.get(cc)
-            if value is None:
-                return None
-            if value not in values:
-                values.append(value)
-        values.sort(key=lambda v: Version(v) if "." in v else int(v))
-        return ";".join(values)
-
-
-@dataclass(frozen=True)
 class Knowledge:
     cuda: CudaKnowledge
     gpus: dict[str, GpuModel]
@@ -241,21 +233,32 @@ class Knowledge:
 
 EXTRA_RECIPES_ENV = "MLSETUP_EXTENSIONS_DIR"
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
+_root = Path("/")
+
+
+def use_root(root: Path) -> None:
+    """Resolve the operator's recipe directory under `root` (the CLI's --root) from now on."""
+    global _root
+    if root != _root:
+        _root = root
+        knowledge.cache_clear()
 
 
 def _recipes() -> dict[str, ExtensionRecipe]:
-    """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form)."""
-    tables = dict(load_asset("extensions.toml"))
-    extra = Path(os.environ.get(EXTRA_RECIPES_ENV, EXTRA_RECIPES_DIR))
-    for path in sorted(extra.glob("*.toml")) if extra.is_dir() else []:
-        with path.open("rb") as f:
-            tables.update(tomllib.load(f))
-    return {
-        name: ExtensionRecipe(
-            name=name, **{k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items()}
-        )
-        for name, recipe in tables.items()
-    }
+    """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form;
+    a later file's recipe replaces an earlier one of the same name)."""
+    recipes = read_recipe_file(ASSETS_DIR / "extensions.toml")
+    explicit = os.environ.get(EXTRA_RECIPES_ENV)
+    directory = Path(explicit) if explicit else _root / EXTRA_RECIPES_DIR.lstrip("/")
+    for path in recipe_files(directory, explicit=bool(explicit)):
+        recipes.update(read_recipe_file(path))
+    return recipes
+
+
+def _driver(table: dict) -> DriverKnowledge:
+    return DriverKnowledge(
+        **{**table, "open_modules_required_devices": tuple(table["open_modules_required_devices"])}
+    )
 
 
 @cache
@@ -271,16 +274,29 @@ def knowledge() -> Knowledge:
             install_bytes=cuda["install_mib"] * 2**20,
         ),
         gpus={k: GpuModel(*v) for k, v in load_asset("gpus.toml")["device"].items()},
-        driver=DriverKnowledge(**load_asset("driver.toml")),
+        driver=_driver(load_asset("driver.toml")),
         repo=NvidiaRepo(**load_asset("nvidia_repo.toml")),
         torch=TorchKnowledge(
             index_url=torch["index_url"],
             cuda_venv_bytes=torch["cuda_venv_mib"] * 2**20,
             releases=tuple(
-                TorchRelease(r["series"], tuple(r["builds"]), tuple(r["pythons"]))
+                TorchRelease(
+                    series=r["series"],
+                    builds=tuple(r["builds"]),
+                    pythons=tuple(r["pythons"]),
+                    pypi_cuda=r["pypi_cuda"],
+                    requires_python=r["requires_python"],
+                )
                 for r in torch["release"]
             ),
-            builds={name: TorchBuild(name=name, **b) for name, b in torch["build"].items()},
+            builds={
+                name: TorchBuild(
+                    name=name,
+                    aarch64_min_compute_capability=torch["aarch64_min_compute_capability"],
+                    **b,
+                )
+                for name, b in torch["build"].items()
+            },
         ),
         extensions=_recipes(),
     )

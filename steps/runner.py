@@ -20,6 +20,7 @@ from pathlib import Path
 from steps.events import EventSink, Output
 from steps.plan import Action
 from steps.rootfs import RootFS
+from steps.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings
@@ -31,6 +32,8 @@ PASSTHROUGH = (
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "NO_PROXY",
+    "all_proxy",  # uv and curl honour it too
+    "ALL_PROXY",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "REQUESTS_CA_BUNDLE",
@@ -118,6 +121,8 @@ class Runner:
         else:
             env.update(HOME="/root", USER="root", LOGNAME="root")
         env.update(action.env)
+        if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
+            env = {**uv_environment(env, self.fs.root), **env}
         return env
 
     def run(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 from steps.knowledge import ASSETS_DIR, knowledge
-from tests.common import REPO
+from tests.common import MACHINES, REPO, run_cli
 
 REQUIRED_GPUS = [
     "A100",
@@ -28,6 +31,27 @@ REQUIRED_GPUS = [
     "V100",
     "P100",
     "T4",
+    # issue 11: from the open-gpu-kernel-modules README device table
+    "B300",
+    "GB300",
+    "GB10",
+    "H800",
+    "H20",
+    "A800",
+    "L20",
+    "L2",
+    "A16",
+    "RTX A5000",
+    "RTX A4000",
+    "RTX 5000 Ada",
+    "RTX 4000 Ada",
+    "RTX PRO 5000 Blackwell",
+    "RTX PRO 4500 Blackwell",
+    "RTX PRO 4000 Blackwell",
+    "RTX 5090 D",
+    "RTX 5080",
+    "RTX 5070 Ti",
+    "RTX 5070",
 ]
 
 
@@ -72,6 +96,151 @@ def test_flash_attn_recipe():
     assert fa.arch_value(["12.0", "9.0"]) == "90;120"
     assert fa.arch_value(["7.5"]) is None
     assert fa.min_compute_capability == "8.0"
+    assert fa.threads_variable == "NVCC_THREADS" and fa.threads == 4
+    assert fa.for_build("2.8.3", "13.0").prebuilt_cuda_majors == ("11", "12")
+    assert fa.for_build("2.8.3.post1", "13.0").prebuilt_cuda_majors == ("11", "12", "13")
+
+
+def test_torch_releases_as_pypi_has_them():
+    releases = {r.series: r for r in knowledge().torch.releases}
+    assert next(iter(releases)) == "2.15"  # newest first: what "auto" takes
+    assert releases["2.15"].builds == ("cu130", "cu132")
+    assert releases["2.15"].pythons == ("3.11", "3.12", "3.13", "3.14", "3.15")
+    assert releases["2.15"].requires_python == ">=3.11"
+    assert "3.15" not in releases["2.14"].pythons and "3.15" not in releases["2.13"].pythons
+    assert "3.13" in releases["2.5"].pythons
+    pypi_cuda = {s: r.pypi_cuda for s, r in releases.items()}
+    assert pypi_cuda == {
+        "2.15": "13.2", "2.14": "13.0", "2.13": "13.0", "2.12": "13.0", "2.11": "13.0",
+        "2.10": "12.8", "2.9": "12.8", "2.8": "12.8", "2.7": "12.6", "2.6": "12.4",
+        "2.5": "12.4", "2.4": "12.1",
+    }
+    cu130 = knowledge().torch.build("cu130")
+    assert cu130.runs_on("7.5") and not cu130.runs_on("7.5", "aarch64")
+    assert cu130.runs_on("8.6", "aarch64") and cu130.runs_on("8.0", "aarch64")
+
+
+def test_driver_facts_of_december_2026():
+    k = knowledge()
+    assert k.cuda.release("13.3").min_driver == "610.43.02"
+    assert k.cuda.newest_supported_by_branch(615) == "13.5"
+    assert k.cuda.newest_supported_by_branch(580) == "13.0"
+    assert k.driver.last_branch_for("7.0") == 580 and k.driver.last_branch_for("6.0") == 580
+    assert k.driver.last_branch_for("7.5") is None
+    assert k.driver.requires_open_modules("9.0", "0x2342")  # GH200
+    assert not k.driver.requires_open_modules("9.0", "0x2335")  # H200
+    assert k.driver.requires_open_modules("12.0", None)
+    assert k.driver.mok_key_for("debian") == "/var/lib/dkms/mok.pub"
+    assert k.driver.mok_key_for("ubuntu") == "/var/lib/shim-signed/mok/MOK.der"
+    assert k.repo.url_for("ubuntu", "26.04", "x86_64").endswith("/ubuntu2604/x86_64/")
+    assert k.repo.url_for("ubuntu", "26.04", "aarch64") is None
+    assert k.repo.url_for("debian", "13", "aarch64").endswith("/debian13/sbsa/")
+    assert k.gpus["0x3182"].compute_capability == "10.3"
+    assert k.gpus["0x2e12"].compute_capability == "12.1"
+
+
+def test_hard_coded_nvcc_threads_and_version_dependent_arch_lists():
+    ext = knowledge().extensions
+    for name in ("causal-conv1d", "mamba-ssm"):
+        recipe = ext[name]
+        assert recipe.threads_variable == "" and recipe.threads == 4, name
+    mamba = ext["mamba-ssm"]
+    new_nvcc12 = mamba.for_build("2.3.2", "12.8")
+    assert "7.0" not in new_nvcc12.arch_map and "11.0" not in new_nvcc12.arch_map
+    assert new_nvcc12.arch_map["10.3"] == "100" and new_nvcc12.arch_map["12.1"] == "120"
+    new_nvcc13 = mamba.for_build("2.3.2.post1", "13.0")
+    assert {new_nvcc13.arch_map[cc] for cc in ("10.3", "11.0", "12.1")} == {"103", "110", "121"}
+    assert mamba.for_build("2.3.1", "12.6").arch_map["7.0"] == "70"
+    assert "7.0" not in mamba.for_build("2.3.1", "13.0").arch_map  # only while nvcc <= 12.9
+    assert mamba.for_build("2.2.4", "12.6").prebuilt_cuda_majors == ("11", "12")
+    assert ext["causal-conv1d"].for_build("1.7.0", "13.0").arch_map["11.0"] == "110"
+
+
+# The recipe boundary: files an operator (or anyone who can write there) drops into the recipe
+# directory are validated before use; every problem is exit 2 naming the file and the key.
+
+GOOD = (ASSETS_DIR / "extensions.toml").read_text().split("[causal-conv1d]")[0]
+
+
+def _plan_with_recipes(tmp_path: Path, files: dict[str, str | None]) -> subprocess.CompletedProcess:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir(exist_ok=True)
+    for name, text in files.items():
+        if text is not None:
+            (recipes / name).write_text(text)
+    return run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"),
+                   env={"MLSETUP_EXTENSIONS_DIR": str(recipes)})
+
+
+BAD_RECIPES = {
+    "typo": ("threds = 4", "flash-attn.threds", "unknown key"),
+    "wrong-type": ("threads = \"four\"", "flash-attn.threads", "integer"),
+    "bool-threads": ("threads = true", "flash-attn.threads", "integer"),
+    "bool-size": ("peak_job_gib = true", "flash-attn.peak_job_gib", "number"),
+    "flag-in-requires": ('build_requires = ["--index-url=http://evil"]',
+                         "flash-attn.build_requires", "requirement"),
+    "url-in-requires": ('build_requires = ["x @ http://evil/x.whl"]',
+                        "flash-attn.build_requires", "no URL"),
+    "reserved-variable": ('arch_variable = "LD_PRELOAD"', "flash-attn.arch_variable",
+                          "environment variable"),
+    "bad-arch-value": ('arch_map = { "9.0" = "90; rm -rf /" }', "flash-attn.arch_map",
+                       "pattern"),
+    "bad-requirement": ('requirement = "-e /tmp/x"', "flash-attn.requirement", "allowed"),
+    "bad-variant": ('[[flash-attn.variant]]\nversions = "not a spec"',
+                    "flash-attn.variant[1].versions", "PEP 440"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECIPES))
+def test_a_bad_recipe_is_exit_2_naming_the_file_and_the_key(tmp_path, case):
+    line, key, allowed = BAD_RECIPES[case]
+    if line.startswith("[["):
+        text = GOOD + "\n" + line + "\n"
+    else:  # the line replaces the field of the same name (a new key is added)
+        field = line.split(" = ")[0]
+        kept = "\n".join(ln for ln in GOOD.splitlines() if not ln.startswith(field + " "))
+        text = kept.replace('package = "flash-attn"', 'package = "flash-attn"\n' + line, 1)
+    run = _plan_with_recipes(tmp_path, {"mine.toml": text})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert str(tmp_path / "recipes" / "mine.toml") in run.stderr
+    assert key in run.stderr and allowed in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_recipe_files_that_are_not_text_or_not_regular_are_refused(tmp_path):
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    cases = {
+        "binary.toml": lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
+        "huge.toml": lambda p: p.write_bytes(b"# " + b"x" * (2 << 20)),
+        "fifo.toml": lambda p: os.mkfifo(p),
+        "dir.toml": lambda p: p.mkdir(),
+        "link.toml": lambda p: p.symlink_to(ASSETS_DIR / "extensions.toml"),
+        "notoml.toml": lambda p: p.write_text("[flash-attn\n"),
+    }
+    for name, make in cases.items():
+        for old in recipes.iterdir():
+            old.rmdir() if old.is_dir() and not old.is_symlink() else old.unlink()
+        make(recipes / name)
+        run = _plan_with_recipes(tmp_path, {})
+        assert run.returncode == 2, (name, run.stdout, run.stderr)
+        assert str(recipes / name) in run.stderr and "Traceback" not in run.stderr, name
+
+
+def test_an_operator_recipe_is_used_and_a_missing_named_directory_is_an_error(tmp_path):
+    mine = GOOD.replace("[flash-attn]", "[my-attn]").split("\n[[")[0]
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[[extensions]]\nname = "my-attn"\nversion = "2.8.3"\n')
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "mine.toml").write_text(mine)
+    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
+                  str(answers), env={"MLSETUP_EXTENSIONS_DIR": str(recipes)})
+    assert run.returncode == 0, run.stderr
+    assert "FLASH_ATTN_CUDA_ARCHS=90" in run.stdout
+    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"),
+                  env={"MLSETUP_EXTENSIONS_DIR": str(tmp_path / "missing")})
+    assert run.returncode == 2 and "recipe directory does not exist" in run.stderr
 
 
 def test_engine_never_imports_textual():

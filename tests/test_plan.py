@@ -96,7 +96,7 @@ def test_h200_with_finished_venv_has_nothing_to_do():
     venv = VenvState(
         path="/root/ml-env",
         python_version="3.12.3",
-        packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3"},
+        packages={"torch": "2.15.0+cu130", "flash-attn": "2.8.3"},
         torch_cuda="13.0",
     )
     plan = plan_for(H200, FLASH_ATTN, venv)
@@ -247,3 +247,166 @@ def test_every_shipped_machine_plans_and_prints_every_command(machine):
     )
     for action in plan.actions:
         assert action.argv[-1] in out.stdout
+
+
+# Issue 11's acceptance: the knowledge of December 2026, planned on recorded machines.
+
+
+def _machine(tmp_path, base, name: str, gpu: dict | None = None, **os_fields) -> object:
+    data = json.loads(base.read_text())
+    data["os"].update(os_fields)
+    for g in data["gpus"]:
+        g.update(gpu or {})
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+V100 = {"name": "Tesla V100-SXM2-32GB", "pci_device_id": "0x1db5", "compute_capability": "7.0"}
+GH200 = {"name": "NVIDIA GH200 480GB", "pci_device_id": "0x2342", "compute_capability": "9.0"}
+
+
+def test_h200_with_driver_580_and_auto_everywhere_plans_torch_2_15_cu130():
+    plan = plan_for(H200)
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert "torch==2.15.*" in torch.argv
+    assert torch.argv[-1] == "https://download.pytorch.org/whl/cu130"  # 580 runs 13.0 natively
+    assert plan.step("driver").status == "satisfied" and plan.step("toolkit").status == "satisfied"
+
+
+@pytest.mark.parametrize(
+    ("os_fields", "repo"),
+    [
+        ({"id": "ubuntu", "version_id": "26.04", "codename": "resolute"}, "ubuntu2604/x86_64"),
+        ({"id": "debian", "version_id": "13", "codename": "trixie"}, "debian13/x86_64"),
+        ({"id": "debian", "version_id": "13", "codename": "trixie", "arch": "aarch64"},
+         "debian13/sbsa"),
+    ],
+)
+def test_ubuntu_26_04_and_debian_13_fresh_boxes_plan_nvidias_repo(tmp_path, os_fields, repo):
+    plan = plan_for(_machine(tmp_path, FRESH, "new-os", **os_fields))
+    keyring = next(a for a in plan.actions if a.id == "nvidia-repo.keyring-download")
+    assert keyring.argv[-1] == (
+        f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/cuda-keyring_1.1-1_all.deb"
+    )
+    assert plan.step("driver").actions[-1].argv[-1] == "nvidia-open"
+
+
+def test_ubuntu_26_04_has_no_arm_repository(tmp_path):
+    facts = _machine(tmp_path, FRESH, "arm", id="ubuntu", version_id="26.04", arch="aarch64")
+    driver = plan_for(facts).step("driver")
+    assert driver.status == "pending" and not driver.actions
+
+
+def test_debian_secure_boot_enrolls_dkms_own_key(tmp_path):
+    facts = _machine(tmp_path, FRESH, "debian13", id="debian", version_id="13")
+    reason = plan_for(facts).step("driver").reason
+    assert "mokutil --import /var/lib/dkms/mok.pub" in reason
+    assert "mokutil --import /var/lib/shim-signed/mok/MOK.der" in plan_for(FRESH).step(
+        "driver").reason
+
+
+def test_v100_box_never_plans_a_branch_past_580(tmp_path):
+    v100 = _machine(tmp_path, FRESH, "v100", V100)
+    for answers in ("", '[torch]\ncuda = "cu132"\n', '[torch]\ncuda = "cu130"\n'):
+        plan = plan_for(v100, answers)
+        pin = next(a for a in plan.actions if a.id == "driver.pin")
+        assert pin.argv[-1] == "nvidia-driver-pinning-580", answers
+    # cu132 needs branch 595, which has no Volta support: said, not silently installed
+    plan = plan_for(v100, '[torch]\ncuda = "cu132"\n')
+    assert any("supported only up to branch 580" in w for w in plan.warnings)
+    # torch 2.15 has no build for Volta: auto takes the newest release that has (2.14, cu126)
+    torch = next(a for a in plan_for(v100).actions if a.id == "venv.torch")
+    assert "torch==2.14.*" in torch.argv and torch.argv[-1].endswith("/cu126")
+
+
+def test_v100_box_refuses_driver_branch_590_naming_the_gpus(tmp_path):
+    v100 = _machine(tmp_path, FRESH, "v100", V100)
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[driver]\nbranch = "590"\n')
+    run = run_cli("plan", "--facts", str(v100), "--answers", str(answers))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "driver.branch" in run.stderr and "'590'" in run.stderr
+    assert "GPU 0 (Tesla V100-SXM2-32GB, 7.0)" in run.stderr and '"580"' in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    "gpu",
+    [GH200, {"name": "NVIDIA B200", "pci_device_id": "0x2901", "compute_capability": "10.0"}],
+    ids=["gh200", "b200"],
+)
+def test_grace_hopper_and_blackwell_refuse_proprietary_modules(tmp_path, gpu):
+    facts = _machine(tmp_path, FRESH, "gpu", gpu, arch="aarch64" if gpu is GH200 else "x86_64")
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[driver]\nmodules = "proprietary"\n')
+    run = run_cli("plan", "--facts", str(facts), "--answers", str(answers))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert 'driver.modules = "proprietary"' in run.stderr and gpu["name"] in run.stderr
+    assert "Traceback" not in run.stderr
+    # auto gives them the open modules
+    assert plan_for(facts).step("driver").actions[-1].argv[-1] == "nvidia-open"
+
+
+def test_arm_t4g_gets_no_cuda_build(tmp_path):
+    t4g = {"name": "NVIDIA T4G", "pci_device_id": "0x1eb8", "compute_capability": "7.5"}
+    plan = plan_for(_machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64"))
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert torch.argv[-1] == "https://download.pytorch.org/whl/cpu"
+    assert any("no torch build runs on compute capability 7.5" in w for w in plan.warnings)
+    # the same GPU on x86_64 has CUDA builds
+    x86 = plan_for(_machine(tmp_path, FRESH, "t4", t4g))
+    assert next(a for a in x86.actions if a.id == "venv.torch").argv[-1] != (
+        "https://download.pytorch.org/whl/cpu")
+
+
+def _mamba(version: str) -> str:
+    return f'[[extensions]]\nname = "mamba-ssm"\nversion = "{version}"\n'
+
+
+def test_mamba_arch_list_depends_on_its_release_and_on_nvcc(tmp_path):
+    v100 = _machine(tmp_path, FRESH, "v100", V100)
+    # 2.3.2 dropped sm_70; 2.3.1 still builds it with nvcc <= 12.9 (cu126 for Volta)
+    plan = plan_for(v100, _mamba("2.3.2"))
+    assert not any(a.id.startswith("extensions.mamba-ssm") for a in plan.actions)
+    assert any("mamba-ssm 2.3.2 skipped" in w and "7.0" in w for w in plan.warnings)
+    plan = plan_for(v100, _mamba("2.3.1"))
+    build = next(a for a in plan.actions if a.id == "extensions.mamba-ssm.build")
+    assert build.env["CUDA_HOME"] == "/usr/local/cuda-12.6"
+    # it hard-codes nvcc --threads 4: NVCC_THREADS would do nothing, so none is set
+    assert "NVCC_THREADS" not in build.env
+    b300 = {"name": "NVIDIA B300 SXM6 AC", "pci_device_id": "0x3182", "compute_capability": "10.3"}
+    choices = choose(load_facts(_machine(tmp_path, FRESH, "b300", b300)),
+                     answers_from_toml(_mamba("2.3.2"), "t.toml"))
+    (target,) = choices.build_targets
+    assert choices.cuda.startswith("13.") and target.recipe.arch_map["10.3"] == "103"
+    assert target.recipe.threads == 4 and target.recipe.peak_job_gib == 6.0
+
+
+def test_flash_attn_post1_may_fetch_its_cu13_release_wheel():
+    # 2.8.3 guesses a cu12 wheel for a CUDA 13 torch: forced to build; post1 names cu13 wheels
+    plain = next(a for a in plan_for(H200, FLASH_ATTN).actions if a.id.endswith(".build"))
+    assert plain.env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
+    post1 = FLASH_ATTN.replace('"2.8.3"', '"2.8.3.post1"')
+    build = next(a for a in plan_for(H200, post1).actions if a.id.endswith(".build"))
+    assert "FLASH_ATTENTION_FORCE_BUILD" not in build.env
+
+
+@pytest.mark.parametrize("version", ["../../../etc", "2.8.3 --index-url=http://evil", "latest"])
+def test_an_extension_version_that_is_no_release_is_refused(tmp_path, version):
+    # it would become part of the build tree's path and an argv element of pip
+    answers = tmp_path / "a.toml"
+    answers.write_text(f'version = 1\n[[extensions]]\nname = "flash-attn"\nversion = "{version}"\n')
+    run = run_cli("plan", "--facts", str(H200), "--answers", str(answers))
+    assert run.returncode == 2 and "extensions[0].version" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_auto_torch_is_the_newest_release_for_the_venvs_python():
+    # Ubuntu 22.04's Python is 3.10, which torch 2.15 (requires-python >= 3.11) has no wheels for
+    plan = plan_for(FRESH, '[venv]\npython = "3.10"\n')
+    torch = next(a for a in plan.actions if a.id == "venv.torch")
+    assert "torch==2.14.*" in torch.argv and not any("no wheels for Python" in w
+                                                     for w in plan.warnings)
+    assert "torch==2.15.*" in next(a for a in plan_for(FRESH).actions
+                                   if a.id == "venv.torch").argv

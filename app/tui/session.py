@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from steps.answers import Answers, load_answers
 from steps.choices import Choices, choose
 from steps.engine import ApplyLock
-from steps.errors import describe_validation_error
+from steps.errors import InputError, describe_validation_error
 from steps.extensions import wanted_wheels
 from steps.facts import Facts, load_facts
 from steps.paths import STATE_DIR, Paths
@@ -106,7 +106,7 @@ class Session:
         else:
             result = probe(fs)
             found, notes = result.facts, result.notes
-        return cls(
+        session = cls(
             fs=fs,
             facts=found,
             answers=load_answers(answers),
@@ -115,6 +115,8 @@ class Session:
             answers_file=answers,
             notes=notes,
         )
+        session.choices()  # answers this machine refuses (a branch its GPUs lack): exit 2 now
+        return session
 
     # -- what the engine would do -------------------------------------------------------------
 
@@ -165,10 +167,14 @@ class Session:
 
     def _replace(self, data: dict[str, Any]) -> str | None:
         try:
-            self.answers = Answers.model_validate(data)
+            answers = Answers.model_validate(data)
+            choose(self.facts, answers)  # refusals that depend on the machine (GPUs, branch)
         except ValidationError as exc:
             lines = describe_validation_error("", exc).splitlines()[1:]
             return "\n".join(line.strip() for line in lines)
+        except InputError as exc:
+            return str(exc)
+        self.answers = answers
         return None
 
     # -- files --------------------------------------------------------------------------------

@@ -1,0 +1,319 @@
+"""Extension build recipes: assets/extensions.toml and the operator's own, validated once.
+
+A recipe file comes from the package or from a directory the operator (or anyone who can write
+there) controls, and its values become environment variables, argv elements and paths of root's
+build actions. So every file is read with `read_bounded` (a regular file, no final symlink, 1 MiB
+at most) and parsed into a strict model before anything uses it: a typo, a wrong type or a value
+that could smuggle in a flag is an InputError (exit 2) that names the file and the key.
+
+A recipe may carry `[[name.variant]]` tables: fields that hold only for some releases of the
+extension (`versions`, a PEP 440 specifier) and/or some nvcc versions (`nvcc`). They are applied in
+file order over the base recipe once the build's extension version and CUDA are known
+(`ExtensionRecipe.for_build`); `arch_map` entries merge, every other field replaces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from steps.errors import InputError, describe_validation_error
+from steps.safefs import MiB, UnsafeFile, read_bounded
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
+    import tomli as tomllib
+
+RECIPE_FILE_LIMIT = MiB
+SMOKE_TEST_LIMIT = 64 * 1024
+
+# Variables the build environment sets itself or that change what runs: a recipe may not name them.
+RESERVED_VARIABLES = frozenset({
+    "PATH", "CUDA_HOME", "MAX_JOBS", "MAKEFLAGS", "PYTORCH_NVCC", "HOME", "USER", "LOGNAME",
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "BASH_ENV",
+    "ENV", "IFS", "SHELL",
+})
+
+PackageName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+]
+RecipeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+Digits = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}$")]
+ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9]$")]
+ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
+Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
+Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
+
+
+def _variable(value: str) -> str:
+    if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or value in RESERVED_VARIABLES):
+        raise ValueError(
+            "allowed: an environment variable name (A-Z, 0-9, _) that the build does not set "
+            f"itself (not {', '.join(sorted(RESERVED_VARIABLES))}), or \"\""
+        )
+    return value
+
+
+def _requirement(value: str) -> str:
+    """A pip requirement without a URL or option: it becomes one argv element of `uv pip`."""
+    try:
+        req = Requirement(value)
+    except InvalidRequirement:
+        raise ValueError("allowed: a requirement such as \"ninja\" or \"packaging>=24\"") from None
+    if req.url or value.lstrip().startswith("-"):
+        raise ValueError("allowed: a requirement from the package index (no URL, no option)")
+    return value
+
+
+def _specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError("allowed: a PEP 440 specifier such as \">=2.3.2\" or \"<13\"") from None
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Overridable(_Strict):
+    """The fields a variant may set; the base recipe has them all."""
+
+    arch_variable: str | None = None
+    arch_map: dict[ComputeCapability, ArchValue] | None = None
+    threads_variable: str | None = None
+    threads: Threads | None = None
+    peak_job_gib: Gib | None = None
+    build_requires: list[str] | None = None
+    prebuilt_cuda_majors: list[Digits] | None = None
+
+    @field_validator("arch_variable", "threads_variable")
+    @classmethod
+    def _variables(cls, v: str | None) -> str | None:
+        return v if v is None else _variable(v)
+
+    @field_validator("build_requires")
+    @classmethod
+    def _requires(cls, v: list[str] | None) -> list[str] | None:
+        return v if v is None else [_requirement(r) for r in v]
+
+
+class VariantModel(_Overridable):
+    versions: str = Field("", description="PEP 440 specifier on the extension's version")
+    nvcc: str = Field("", description="PEP 440 specifier on nvcc's CUDA version")
+
+    @field_validator("versions", "nvcc")
+    @classmethod
+    def _specifiers(cls, v: str) -> str:
+        return _specifier(v) if v else v
+
+
+class RecipeModel(_Overridable):
+    package: PackageName
+    import_name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
+    arch_variable: str
+    arch_map: dict[ComputeCapability, ArchValue] = Field(min_length=1)
+    threads_variable: str = Field(description='"" = the extension hard-codes its nvcc threads')
+    threads: Threads
+    force_build_variable: str
+    peak_job_gib: Gib
+    build_requires: list[str]
+    prebuilt_cuda_majors: list[Digits]
+    requirement: str = "{package}=={version}"
+    smoke_test: Annotated[str, StringConstraints(max_length=SMOKE_TEST_LIMIT)] = ""
+    checked: str = Field("", description="the newest release whose setup.py this recipe was "
+                         "checked against (tools/refresh_knowledge.py reports newer ones)")
+    variant: list[VariantModel] = Field(default_factory=list)
+
+    @field_validator("checked")
+    @classmethod
+    def _checked(cls, v: str) -> str:
+        if v:
+            try:
+                Version(v)
+            except InvalidVersion:
+                raise ValueError("allowed: a release version such as \"2.8.3\", or \"\"") from None
+        return v
+
+    @field_validator("force_build_variable")
+    @classmethod
+    def _force(cls, v: str) -> str:
+        return _variable(v)
+
+    @field_validator("requirement")
+    @classmethod
+    def _requirement_template(cls, v: str) -> str:
+        if any(c in v for c in "\0\n\r") or v.startswith("-"):
+            raise ValueError("allowed: \"{package}=={version}\" or an absolute path")
+        if v.startswith("/"):
+            if ".." in Path(v).parts:
+                raise ValueError("allowed: an absolute path without \"..\"")
+            return v
+        try:
+            _requirement(v.format(package="pkg", version="1.0"))
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(
+                "allowed: a requirement template using {package} and {version}, or an absolute "
+                "path to a source directory or archive"
+            ) from None
+        return v
+
+    @field_validator("smoke_test")
+    @classmethod
+    def _smoke(cls, v: str) -> str:
+        if "\0" in v:
+            raise ValueError("allowed: Python source without NUL bytes")
+        return v
+
+
+_FILE = TypeAdapter(dict[RecipeName, RecipeModel])
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    versions: str
+    nvcc: str
+    fields: dict[str, object]
+
+    def applies(self, version: str, nvcc: str | None) -> bool:
+        return _within(version, self.versions) and _within(nvcc, self.nvcc)
+
+
+def _within(version: str | None, spec: str) -> bool:
+    if not spec:
+        return True
+    try:
+        return version is not None and Version(version) in SpecifierSet(spec, prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtensionRecipe:
+    name: str
+    package: str
+    import_name: str
+    arch_variable: str  # "" = the extension compiles a fixed list of its own
+    arch_map: dict[str, str]
+    threads_variable: str  # "" = it hard-codes nvcc's --threads; `threads` says how many
+    threads: int
+    force_build_variable: str
+    peak_job_gib: float  # one compile job at its peak, with `threads` nvcc threads
+    build_requires: tuple[str, ...]
+    # CUDA majors the project publishes release wheels for (its build fetches them itself)
+    prebuilt_cuda_majors: tuple[str, ...]
+    # what `pip install` is given: a name and version, or a local source directory or archive
+    requirement: str = "{package}=={version}"
+    # Python run in the venv after install: imports the extension and makes one tiny call
+    smoke_test: str = ""
+    checked: str = ""  # the newest release whose setup.py the recipe was checked against
+    variants: tuple[Variant, ...] = ()
+
+    def for_build(self, version: str, nvcc: str | None) -> ExtensionRecipe:
+        """The recipe as it holds for this release of the extension built with this nvcc."""
+        out = dataclasses.replace(self, variants=())
+        for variant in self.variants:
+            if not variant.applies(version, nvcc):
+                continue
+            changes = dict(variant.fields)
+            if "arch_map" in changes:
+                changes["arch_map"] = {**out.arch_map, **changes["arch_map"]}  # type: ignore[dict-item]
+            out = dataclasses.replace(out, **changes)  # type: ignore[arg-type]
+        return out
+
+    def requirement_for(self, version: str) -> str:
+        return self.requirement.format(package=self.package, version=version)
+
+    @property
+    def min_compute_capability(self) -> str:
+        return min(self.arch_map, key=Version)
+
+    def unsupported(self, compute_capabilities: list[str]) -> list[str]:
+        return [cc for cc in compute_capabilities if cc not in self.arch_map]
+
+    def arch_value(self, compute_capabilities: list[str]) -> str | None:
+        """The arch variable's value for these GPUs, or None if one of them is unsupported."""
+        values = []
+        for cc in compute_capabilities:
+            value = self.arch_map.get(cc)
+            if value is None:
+                return None
+            if value not in values:
+                values.append(value)
+        values.sort(key=lambda v: Version(v) if "." in v else int(v))
+        return ";".join(values)
+
+
+def _recipe(name: str, model: RecipeModel) -> ExtensionRecipe:
+    data = model.model_dump(exclude={"variant"})
+    variants = tuple(
+        Variant(v.versions, v.nvcc, _tuples(v.model_dump(exclude={"versions", "nvcc"},
+                                                        exclude_none=True)))
+        for v in model.variant
+    )
+    return ExtensionRecipe(name=name, variants=variants, **_tuples(data))
+
+
+def _tuples(fields: dict[str, object]) -> dict[str, object]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+
+
+def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
+    """The recipes in one file's bytes; any problem is an InputError naming `origin` and the key."""
+    try:
+        tables = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{origin}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{origin}: not valid TOML: {exc}") from None
+    try:
+        models = _FILE.validate_python(tables)
+    except ValidationError as exc:
+        raise InputError(describe_validation_error(origin, exc)) from None
+    return {name: _recipe(name, model) for name, model in models.items()}
+
+
+def read_recipe_file(path: Path) -> dict[str, ExtensionRecipe]:
+    try:
+        data = read_bounded(path, RECIPE_FILE_LIMIT)
+    except UnsafeFile as exc:
+        raise InputError(f"{path}: refused as a recipe file: {exc.strerror}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read recipe file: {exc.strerror}") from None
+    return parse_recipes(data, str(path))
+
+
+def recipe_files(directory: Path, explicit: bool) -> list[Path]:
+    """The *.toml files of a recipe directory, sorted. A missing default directory has none; a
+    directory the operator named explicitly must exist."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(directory / e.name for e in entries if e.name.endswith(".toml"))
+    except FileNotFoundError:
+        if explicit:
+            raise InputError(f"{directory}: recipe directory does not exist") from None
+        return []
+    except NotADirectoryError:
+        raise InputError(f"{directory}: recipe directory is not a directory") from None
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot list recipe directory: {exc.strerror}") from None

@@ -1,0 +1,128 @@
+"""Each failure signature in assets/diagnoses.toml against the exact text the real tool prints.
+
+The lines come from the tools' sources (torch's cpp_extension.py, CUDA's host_config.h) or from
+real logs (uv's issue tracker, pip builds); where a message changed between versions, each form
+has its own case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from steps.diagnose import diagnose
+
+LOG = "/var/log/mlsetup/run/extensions.flash-attn.build.log"
+
+# torch <= 2.7: RuntimeError(CUDA_MISMATCH_MESSAGE.format(...)), the template begins with '\n'
+# and wraps after "compile"; pip indents a build's output by 6 spaces.
+MISMATCH_TORCH_27 = [
+    "        raise RuntimeError(CUDA_MISMATCH_MESSAGE.format(cuda_str_version, "
+    "torch.version.cuda))",
+    "      RuntimeError:",
+    "      The detected CUDA version (13.1) mismatches the version that was used to compile",
+    "      PyTorch (12.8). Please make sure to use the same CUDA versions.",
+]
+# torch >= 2.8: RuntimeError(CUDA_MISMATCH_MESSAGE, cuda_str_version, torch.version.cuda) with a
+# %s template whose two literals join as "compilePyTorch": Python prints the argument tuple.
+MISMATCH_TORCH_28 = [
+    "      RuntimeError: ('The detected CUDA version (%s) mismatches the version that was used to "
+    "compilePyTorch (%s). Please make sure to use the same CUDA versions.', '13.1', '12.8')",
+]
+
+CASES = {
+    "no-kernel-image": [
+        # torch <= 2.7
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        # torch >= 2.8 raises torch.AcceleratorError
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
+        "device",
+    ],
+    "undefined-symbol": [
+        "ImportError: /home/mluser/ml-env/lib/python3.12/site-packages/"
+        "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+        "_ZN3c104cuda9SetDeviceEi",
+    ],
+    "tls-unknown-issuer": [
+        "  Caused by: invalid peer certificate: UnknownIssuer",
+        "  ╰─▶ invalid peer certificate: UnknownIssuer",
+    ],
+    "python-download": [
+        "error: Failed to install cpython-3.11.10-linux-x86_64-gnu",
+        # uv venv --python 3.12 (astral-sh/uv issues), the URL wrapped onto the next line
+        "  x Failed to download\n  | https://github.com/astral-sh/python-build-standalone/releases/"
+        "download/20250409/cpython-3.12.10%2B20250409-x86_64-unknown-linux-gnu-install_only_"
+        "stripped.tar.gz",
+        "  Caused by: Failed to download https://github.com/astral-sh/python-build-standalone/"
+        "releases/download/20250409/cpython-3.12.10%2B20250409-x86_64-unknown-linux-gnu-"
+        "install_only_stripped.tar.gz",
+    ],
+    "resolver-conflict": [
+        "  \u00d7 No solution found when resolving dependencies:",  # uv prints U+00D7
+        "      And because you require torch==2.4.1, we can conclude that your requirements are "
+        "unsatisfiable.",
+    ],
+    "secure-boot-rejected": [
+        "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
+        "Loading of unsigned module is rejected",
+    ],
+    "gcc-too-new": [
+        "/usr/local/cuda-12.8/bin/../targets/x86_64-linux/include/crt/host_config.h:143:2: error: "
+        "#error -- unsupported GNU version! gcc versions later than 14 are not supported! The "
+        "nvcc flag '-allow-unsupported-compiler' can be used to override this version check",
+    ],
+    "dpkg-lock": [
+        "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 1234 "
+        "(unattended-upgr)",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "lines", [MISMATCH_TORCH_27, MISMATCH_TORCH_28], ids=["torch2.7", "torch2.8"]
+)
+def test_cuda_major_mismatch_both_forms_with_their_versions(lines):
+    d = diagnose(["building 'flash_attn_2_cuda' extension", *lines], 1, LOG)
+    assert d is not None and d.id == "cuda-major-mismatch"
+    assert "nvcc is CUDA 13.1 but torch was built with CUDA 12.8" in d.why
+
+
+@pytest.mark.parametrize(
+    ("signature", "line"), [(sig, line) for sig, lines in CASES.items() for line in lines]
+)
+def test_each_signature_matches_the_real_line(signature, line):
+    d = diagnose(["some earlier output", *line.split("\n")], 1, LOG)
+    assert d is not None and d.id == signature, d
+    assert "{" not in d.why + d.next  # every placeholder filled
+
+
+def test_undefined_symbol_names_the_module_and_symbol():
+    d = diagnose(CASES["undefined-symbol"], 1, LOG)
+    assert "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so" in d.why
+    assert "_ZN3c104cuda9SetDeviceEi" in d.why
+
+
+def test_python_download_says_the_real_next_step_not_check_the_network():
+    d = diagnose(CASES["python-download"], 1, LOG)
+    assert "venv.python" in d.next and "UV_PYTHON_INSTALL_MIRROR" in d.next
+    # the same download failing on a proxy's certificate is the certificate's fault
+    tls = diagnose([*CASES["python-download"], "  Caused by: invalid peer certificate: "
+                    "UnknownIssuer"], 1, LOG)
+    assert tls.id == "tls-unknown-issuer" and "update-ca-certificates" in tls.next
+
+
+def test_module_verification_failed_is_not_a_secure_boot_rejection():
+    # printed when an unsigned module loads (Secure Boot not enforcing): the driver works
+    line = ("[    5.123456] nvidia: module verification failed: signature and/or required key "
+            "missing - tainting kernel")
+    d = diagnose([line, "E: Sub-process /usr/bin/dpkg returned an error code (1)"], 1, LOG)
+    assert d is None or d.id != "secure-boot-rejected"
+
+
+def test_secure_boot_next_step_names_both_distributions_keys():
+    d = diagnose(CASES["secure-boot-rejected"][:1], 1, LOG)
+    assert "/var/lib/shim-signed/mok/MOK.der" in d.next and "/var/lib/dkms/mok.pub" in d.next
+
+
+def test_resolver_conflict_points_at_the_log():
+    d = diagnose(CASES["resolver-conflict"], 1, LOG)
+    assert LOG in d.why + d.next

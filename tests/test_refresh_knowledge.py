@@ -1,0 +1,111 @@
+"""tools/refresh_knowledge.py against PyPI's JSON as recorded on 2026-12-01 (tests/fixtures/pypi/:
+the real responses for torch, flash-attn, causal-conv1d and mamba-ssm, trimmed to the fields the
+tool reads: Linux wheel file names, requires_python, upload time, yanked)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.common import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import refresh_knowledge
+
+RECORDED = REPO / "tests" / "fixtures" / "pypi"
+PYPI = "https://pypi.example"
+
+
+def recorded() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in RECORDED.glob("*.json")}
+
+
+def fetcher(responses: dict[str, dict]):
+    def fetch(url: str) -> bytes:
+        name = url.removeprefix(f"{PYPI}/pypi/").removesuffix("/json")
+        if name not in responses:
+            raise refresh_knowledge.Unreachable(f"{url}: 404")
+        return json.dumps(responses[name]).encode()
+
+    return fetch
+
+
+def run(responses, capsys) -> tuple[int, list[str]]:
+    code = refresh_knowledge.main(["--pypi", PYPI], fetch=fetcher(responses))
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_the_assets_agree_with_pypi_as_recorded(capsys):
+    code, out = run(recorded(), capsys)
+    assert code == 0, out
+    assert out == [out[0]] and "agree with PyPI" in out[0]
+
+
+def _wheel(version: str, py: str, machine: str = "x86_64") -> dict:
+    return {"filename": f"torch-{version}-cp{py}-cp{py}-manylinux_2_28_{machine}.whl",
+            "requires_python": ">=3.11", "upload_time": "2026-12-09T15:00:00", "yanked": False}
+
+
+def test_a_new_series_new_python_tags_and_a_new_extension_release_are_reported(capsys):
+    responses = copy.deepcopy(recorded())
+    torch = responses["torch"]["releases"]
+    torch["2.16.0"] = [_wheel("2.16.0", py) for py in ("311", "312", "313", "314", "315")]
+    torch["2.16.0rc1"] = [_wheel("2.16.0rc1", "316")]  # a pre-release is not a release
+    # 2.14.2 appears with a cp315 wheel (and a free-threaded one, which does not count)
+    torch["2.14.2"] = [_wheel("2.14.2", py) for py in ("310", "311", "312", "313", "314", "315")]
+    torch["2.14.2"].append(_wheel("2.14.2", "314t"))
+    for f in torch["2.14.2"]:
+        f["requires_python"] = ">=3.10"
+    responses["flash-attn"]["releases"]["2.8.4"] = [
+        {"filename": "flash_attn-2.8.4.tar.gz", "upload_time": "2026-12-10T00:00:00",
+         "yanked": False}]
+    code, out = run(responses, capsys)
+    assert code == 1
+    new = next(line for line in out if line.startswith("torch 2.16:"))
+    assert "2.16.0 (uploaded 2026-12-09) is on PyPI but not in assets/torch.toml" in new
+    assert "'3.11', '3.12', '3.13', '3.14', '3.15'" in new and ">=3.11" in new
+    assert "torch==2.16.0" in new  # how to read its pypi_cuda
+    assert any(line.startswith("torch 2.14: PyPI has Linux wheels of 2.14.2 for Python 3.10, "
+                               "3.11, 3.12, 3.13, 3.14, 3.15;") for line in out)
+    assert any(line.startswith("flash-attn: PyPI has 2.8.4; the recipe was checked against "
+                               "2.8.3.post2") for line in out)
+    assert not any("3.16" in line for line in out)
+
+
+def test_a_series_gone_from_pypi_and_changed_requires_python(capsys):
+    responses = copy.deepcopy(recorded())
+    del responses["torch"]["releases"]["2.4.0"], responses["torch"]["releases"]["2.4.1"]
+    for f in responses["torch"]["releases"]["2.15.0"]:
+        f["requires_python"] = ">=3.12"
+    code, out = run(responses, capsys)
+    assert code == 1
+    assert "torch 2.4: in assets/torch.toml but no release of it is on PyPI" in out
+    assert any(line.startswith("torch 2.15: 2.15.0 requires Python >=3.12;") for line in out)
+
+
+@pytest.mark.parametrize("answer", [None, b"<html>mirror</html>", b'{"info": {}}'])
+def test_no_network_or_no_json_api_is_said_not_a_traceback(capsys, answer):
+    def fetch(url: str) -> bytes:
+        if answer is None:
+            raise refresh_knowledge.Unreachable(f"{url}: [Errno 101] Network is unreachable")
+        return answer
+
+    code = refresh_knowledge.main(["--pypi", PYPI], fetch=fetch)
+    out = capsys.readouterr().out
+    assert code == refresh_knowledge.EXIT_UNREACHABLE
+    assert out.startswith("refresh_knowledge: cannot read PyPI, nothing was checked:")
+
+
+def test_the_tool_runs_as_a_script_without_a_network(tmp_path):
+    # a proxy that refuses every connection: the real urllib path, offline
+    env = {"PATH": "/usr/bin:/bin", "https_proxy": "http://127.0.0.1:9",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "refresh_knowledge.py"),
+                          "--timeout", "5"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=60)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "cannot read PyPI, nothing was checked" in out.stdout and not out.stderr
