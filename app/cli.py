@@ -16,6 +16,7 @@ from steps.facts import Facts, load_facts
 from steps.plan import Plan
 from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
+from steps.settings import settings
 
 EXIT_INPUT = 2
 
@@ -116,6 +117,7 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    settings()  # MLSETUP_* are input too: a bad one is exit 2 before anything else
     if not args.root.is_dir():
         raise InputError(f"--root {str(args.root)!r}: not a directory")
     from app.console import facts_text, plan_text

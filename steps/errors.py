@@ -55,7 +55,7 @@ def describe_validation_error(origin: str, exc: ValidationError) -> str:
         elif err["type"] == "missing":
             lines.append(f"  {where}: required key is missing")
         else:
-            lines.append(f"  {where} = {_show(err['input'])}: {_allowed(err)}")
+            lines.append(f"  {where} = {show_value(err['input'])}: {_allowed(err)}")
     return "\n".join(lines)
 
 
@@ -67,7 +67,7 @@ def _is_union_tag(part: int | str) -> bool:
     )
 
 
-def _show(value: object, width: int = 80) -> str:
+def show_value(value: object, width: int = 80) -> str:
     """A value as the user wrote it in TOML/JSON ("x", true), not as Python prints it; a long
     or deeply nested one cut short (an input may be a megabyte, or nested past the stack)."""
     text = _render(value, depth=3)
