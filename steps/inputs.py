@@ -60,7 +60,10 @@ def parse_toml(text: str, origin: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{origin}: not valid TOML: {exc}") from None
+        where = ""
+        if "at end of document" in str(exc):  # tomllib gives no line there: the last one
+            where = f" (line {max(1, len(text.rstrip().splitlines()))} is the last)"
+        raise InputError(f"{origin}: not valid TOML: {exc}{where}") from None
     except (ValueError, RecursionError) as exc:  # a huge integer, or nesting past the stack
         raise InputError(_unparsable(text, origin, "TOML", exc)) from None
 
