@@ -9,13 +9,17 @@ import sys
 import time
 
 from app.console import ConsolePrinter
-from steps.answers import answers_from_toml
+from steps.answers import answers_from_toml, read_answers
+from steps.choices import check_on_machine, choose
 from steps.engine import ApplyLock, ApplyRequest, Engine, already_running_message
 from steps.errors import AlreadyRunningError, InputError, NeedsRootError
 from steps.events import Finished, RunStarted, follow
+from steps.facts import load_facts
 from steps.paths import Paths
+from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.service import start_detached, take_handover
+from steps.settings import settings
 from steps.state import CorruptState, load_state
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
@@ -47,10 +51,7 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
             "or --resume to continue an interrupted run"
         )
     else:
-        try:
-            text = args.answers.read_text()
-        except OSError as exc:
-            raise InputError(f"{args.answers}: cannot read answers file: {exc.strerror}") from exc
+        text = read_answers(args.answers)
         origin = str(args.answers.resolve())
     if args.facts is not None and not args.dry_run:
         raise InputError("--facts plans for a recorded machine: it needs --dry-run")
@@ -61,8 +62,19 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         dry_run=args.dry_run,
         ticket=args.ticket,
         facts_file=args.facts,
-        dpkg_lock_timeout=float(os.environ.get("MLSETUP_DPKG_LOCK_TIMEOUT", "600")),
+        dpkg_lock_timeout=settings().dpkg_lock_timeout,
     )
+
+
+def _check_input(fs: RootFS, request: ApplyRequest) -> None:
+    """The facts file and what the answers name on the machine, checked before the engine
+    starts: bad input is exit 2 with nothing run and no state written."""
+    if request.facts_file is not None:
+        facts = load_facts(request.facts_file)
+        check_on_machine(choose(facts, request.answers), request.answers, None)
+    else:
+        facts = probe(fs).facts
+        check_on_machine(choose(facts, request.answers), request.answers, fs)
 
 
 def apply(args: argparse.Namespace) -> int:
@@ -73,6 +85,7 @@ def apply(args: argparse.Namespace) -> int:
         sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
         return 0
     request = _request(args, fs)
+    _check_input(fs, request)
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()
     if os.geteuid() != 0:

@@ -18,6 +18,7 @@ from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
 from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
+from steps.settings import settings
 
 EXIT_INPUT = 2
 EXIT_BROKEN_PIPE = 128 + 13  # as a shell reports a command that SIGPIPE ended
@@ -153,6 +154,7 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 
 def run(argv: list[str]) -> int:
     args = parse(argv)
+    settings()  # MLSETUP_* are input too: a bad one is exit 2 before anything else
     if not args.root.is_dir():
         raise InputError(f"--root {str(args.root)!r}: not a directory")
     use_root(args.root)  # the operator's recipes are read from under --root

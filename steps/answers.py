@@ -7,14 +7,17 @@ prints the JSON Schema generated from them, so the paths cannot drift.
 
 from __future__ import annotations
 
+import posixpath
 import re
-import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -24,15 +27,70 @@ from pydantic import (
 )
 
 from steps.errors import InputError, describe_validation_error
+from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+# Every value below that becomes an argv element or a path is checked here, once (DESIGN.md,
+# "Trust"). Patterns use [0-9], never \d: fullwidth digits are digits to Python, not to uv.
+_MEMORY = re.compile(
+    r"(?:([0-9]{1,3}(?:\.[0-9]{1,3})?)%|([0-9]{1,7}(?:\.[0-9]{1,3})?)\s*(GiB|MiB))"
+)
+# PEP 503 project names (https://peps.python.org/pep-0503/#normalized-names)
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")
+# Account names as NSS hands them out: POSIX names, plus the dots and @ of LDAP/SSSD users.
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_TEXT = 500  # characters in any one answer that is not a path
+MAX_PATH = 4096
 
-_CUDA_VERSION = re.compile(r"^\d+\.\d+$")
-_MEMORY = re.compile(r"^(?:(\d+(?:\.\d+)?)%|(\d+(?:\.\d+)?)\s*(GiB|MiB))$")
+# Where a venv or a wheelhouse may never be, nor be inside: the system's own trees and
+# mlsetup's (root writes into a wheelhouse; uv may clear a venv directory).
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/snap", "/sys", "/usr", "/lost+found",
+    "/var/lib/mlsetup", "/var/log/mlsetup", "/var/cache/mlsetup",
+)
+# Directories that hold other directories: a venv may be inside them, never one of them.
+SHARED_PARENTS = (
+    "/", "/home", "/root", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var", "/var/lib",
+    "/var/log", "/var/cache", "/var/tmp", "/var/opt", "/usr/local",
+)
+# /usr/local is for the site's own software (a venv at /usr/local/ml-env is fine), but not its
+# FHS hierarchy or the CUDA toolkits (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch04s09.html)
+_USR_LOCAL_SYSTEM = re.compile(
+    r"/usr/local/(bin|etc|games|include|lib|lib64|libexec|man|sbin|share|src|cuda[^/]*)(/.*)?"
+)
+
+
+def _plain(v: str, limit: int = MAX_TEXT) -> str:
+    """A one-line ASCII-printable value of bounded length (argv elements, names)."""
+    if len(v) > limit or _CONTROL.search(v) or not v.isascii():
+        raise ValueError(f"allowed: at most {limit} printable ASCII characters on one line")
+    return v
+
+
+def unsafe_directory(path: str) -> str | None:
+    """Why `path` (absolute, normalized) cannot be a venv or a wheelhouse; None if it can."""
+    site_own = path.startswith("/usr/local/") and not _USR_LOCAL_SYSTEM.fullmatch(path)
+    for tree in SYSTEM_TREES:
+        if (path == tree or path.startswith(tree + "/")) and not site_own:
+            return f"{tree} is the system's own"
+    if path in SHARED_PARENTS:
+        return f"{path} holds other directories; name a directory of its own inside it"
+    return None
+
+
+def _absolute_directory(v: str, what: str) -> str:
+    """A normalized absolute path that is not a system directory."""
+    if len(v) > MAX_PATH or _CONTROL.search(v) or not v.startswith("/"):
+        raise ValueError(f"allowed: an absolute path (at most {MAX_PATH} characters)")
+    path = v[:-1] if v.endswith("/") and v != "/" else v
+    if posixpath.normpath(path) != path or ".." in path.split("/"):
+        raise ValueError("allowed: a normalized absolute path, without . or .. or //")
+    reason = unsafe_directory(path)
+    if reason:
+        raise ValueError(f"not {what}: {reason}")
+    return v
 
 
 class _Section(BaseModel):
@@ -50,7 +108,7 @@ class DriverAnswers(_Section):
     @classmethod
     def _branch(cls, v: str) -> str:
         lowest = knowledge().repo.min_driver_branch
-        if v != "auto" and not (v.isdigit() and lowest <= int(v) <= 9999):
+        if v != "auto" and not (re.fullmatch("[0-9]{1,4}", v) and lowest <= int(v) <= 9999):
             raise ValueError(
                 f'allowed: "auto" or a driver branch from {lowest} on, such as "580" '
                 "(NVIDIA's repo pins branches from there)"
@@ -69,6 +127,8 @@ class ToolkitAnswers(_Section):
     def _versions(cls, v: str | list[str]) -> str | list[str]:
         if isinstance(v, list):
             known = [r.version for r in knowledge().cuda.releases]
+            if not v or len(v) > len(known):
+                raise ValueError(f'allowed: "auto" or a list of CUDA releases from {known}')
             for item in v:
                 if item not in known:
                     raise ValueError(
@@ -85,22 +145,55 @@ class VenvAnswers(_Section):
     @field_validator("python")
     @classmethod
     def _python(cls, v: str) -> str:
-        if not re.fullmatch(r"3\.\d+", v):
+        if not re.fullmatch(r"3\.[0-9]{1,3}", v):
             raise ValueError('allowed: a Python 3 major.minor version such as "3.12"')
         return v
 
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not (v.startswith("/") or v == "~" or v.startswith("~/")):
-            raise ValueError('allowed: an absolute path or one starting with "~/"')
+        if v.startswith("~/") and len(v) > 2:  # checked again once "~" is known (choices)
+            _absolute_directory("/home/someone" + v[1:], "a venv directory")
+            return v
+        if not v.startswith("/"):
+            raise ValueError(
+                'allowed: an absolute path or one starting with "~/" such as "~/ml-env"'
+            )
+        _absolute_directory(v, "a venv directory")
         return v
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        # That the account exists is checked where the machine is known (choices.check_owner).
+        if v != "auto" and not ACCOUNT_NAME.fullmatch(v):
+            raise ValueError('allowed: "auto" or an account name such as "alice"')
+        return v
+
+
+def _requirement(item: str) -> str:
+    allowed = (
+        "allowed: a PEP 508 requirement such as \"transformers>=4.40\" (a name, extras, "
+        "a version specifier, a marker; no URL, no option)"
+    )
+    try:
+        _plain(item, 200)
+        req = Requirement(item)
+    except (ValueError, InvalidRequirement):
+        raise ValueError(allowed) from None
+    # A URL or path would install code from outside the one resolved lock; "===" compares
+    # arbitrary strings.
+    if req.url or item != item.strip() or any(s.operator == "===" for s in req.specifier):
+        raise ValueError(allowed)
+    return item
 
 
 class TorchAnswers(_Section):
     version: str = Field("auto", description='"auto" or a PEP 440 specifier such as "==2.8.0"')
     cuda: str = Field("auto", description="auto | cpu | cu126 | cu128 | cu129 | cu130")
-    packages: list[str] = Field(default_factory=list, description="more packages for the venv")
+    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(
+        default_factory=list, description="more packages for the venv (PEP 508 requirements)"
+    )
     index_url: str = Field(
         "auto",
         description="auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local "
@@ -110,13 +203,29 @@ class TorchAnswers(_Section):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
+        allowed = 'allowed: "auto" or a PEP 440 specifier such as "==2.8.0"'
         if v != "auto":
             try:
-                SpecifierSet(v)
-            except InvalidSpecifier:
-                raise ValueError(
-                    'allowed: "auto" or a PEP 440 specifier such as "==2.8.0"'
-                ) from None
+                _plain(v, 200)
+                spec = SpecifierSet(v)
+            except (ValueError, InvalidSpecifier):
+                raise ValueError(allowed) from None
+            if v != v.strip() or not str(spec) or any(s.operator == "===" for s in spec):
+                raise ValueError(allowed + ' (not "===")')
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: list[str]) -> list[str]:
+        if len(v) > 200:
+            raise ValueError("allowed: at most 200 packages")
+        return v
+
+    @field_validator("index_url")
+    @classmethod
+    def _index_url(cls, v: str) -> str:
+        if v != "auto":
+            _index(v)
         return v
 
     @field_validator("cuda")
@@ -136,6 +245,29 @@ class TorchAnswers(_Section):
         return v
 
 
+def _index(v: str) -> None:
+    allowed = (
+        'allowed: "auto", an http(s):// or file:// URL, or an absolute directory, '
+        'where "{build}" becomes cu128, cpu, ...'
+    )
+    try:
+        _plain(v, 2048)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if v.startswith("/"):
+        if ".." in v.split("/"):
+            raise ValueError(allowed + " (without ..)")
+        return
+    try:
+        url = urlsplit(v)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if " " in v or not (
+        (url.scheme in ("http", "https") and url.hostname) or (url.scheme == "file" and url.path)
+    ):
+        raise ValueError(allowed)
+
+
 class ExtensionAnswers(_Section):
     name: str = Field(description="a recipe in assets/extensions.toml, e.g. flash-attn")
     version: str = Field(description="the release to install, e.g. 2.8.3")
@@ -152,20 +284,21 @@ class ExtensionAnswers(_Section):
     @classmethod
     def _name(cls, v: str) -> str:
         known = sorted(knowledge().extensions)
-        if v not in known:
+        if not _PROJECT_NAME.fullmatch(v) or v not in known:
             raise ValueError(f"allowed: {', '.join(known)}")
         return v
 
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
-        # it becomes an argv element (flash-attn==VERSION) and part of the build tree's path
+        # It becomes `pkg==VERSION`, a release URL and a build-tree name: a canonical public
+        # PEP 440 version only (never "2.8.3/../../etc", "v2.8.3" or "2.8.3+local").
         try:
-            Version(v)
+            canonical = str(Version(v)) if len(v) <= 64 and v.isascii() else None
         except InvalidVersion:
-            raise ValueError('allowed: a release version such as "2.8.3"') from None
-        if not re.fullmatch(r"[0-9A-Za-z.+!_-]{1,64}", v):
-            raise ValueError('allowed: a release version such as "2.8.3"')
+            canonical = None
+        if canonical != v or "+" in v:
+            raise ValueError('allowed: a release version (PEP 440) written as "2.8.3"')
         return v
 
     @field_validator("archs")
@@ -173,7 +306,7 @@ class ExtensionAnswers(_Section):
     def _archs(cls, v: str | list[str]) -> str | list[str]:
         if isinstance(v, list):
             known = list(knowledge().cuda.min_cuda_for_compute_capability)
-            if not v:
+            if not v or len(v) > len(known):
                 raise ValueError('allowed: "auto" or a non-empty list of compute capabilities')
             for cc in v:
                 if cc not in known:
@@ -207,38 +340,42 @@ class BuildAnswers(_Section):
     @field_validator("memory_reserve")
     @classmethod
     def _reserve(cls, v: str) -> str:
-        m = _MEMORY.match(v.strip())
+        m = _MEMORY.fullmatch(v.strip())
         if not m or (m.group(1) is not None and not 0 <= float(m.group(1)) < 100):
             raise ValueError(
-                'allowed: a percentage below 100 such as "10%", or a size such as "8GiB"'
+                'allowed: a percentage below 100 such as "10%", or a size such as "8GiB" '
+                "(up to 7 digits, GiB or MiB)"
             )
         return v
 
     @field_validator("memory_limit")
     @classmethod
     def _limit(cls, v: str) -> str:
-        m = _MEMORY.match(v.strip())
-        if v != "auto" and (not m or m.group(1) is not None):
-            raise ValueError('allowed: "auto" or a size such as "32GiB"')
+        m = _MEMORY.fullmatch(v.strip())
+        if v != "auto" and (not m or m.group(1) is not None or float(m.group(2)) == 0):
+            raise ValueError('allowed: "auto" or a size above 0 such as "32GiB" (GiB or MiB)')
         return v
 
     @field_validator("wheelhouse")
     @classmethod
     def _wheelhouse(cls, v: str) -> str:
-        if v and not v.startswith("/"):
-            raise ValueError('allowed: "" (none) or an absolute directory path')
+        if v:
+            try:
+                return _absolute_directory(v, "a wheelhouse")
+            except ValueError as exc:
+                raise ValueError(f'allowed: "" (none) or an absolute directory; {exc}') from None
         return v
 
     def limit_bytes(self) -> int | None:
         """The explicit memory limit in bytes, or None for "auto"."""
         if self.memory_limit == "auto":
             return None
-        m = _MEMORY.match(self.memory_limit.strip())
+        m = _MEMORY.fullmatch(self.memory_limit.strip())
         assert m
         return int(float(m.group(2)) * (2**30 if m.group(3) == "GiB" else 2**20))
 
     def reserve_bytes(self, total_bytes: int) -> int:
-        m = _MEMORY.match(self.memory_reserve.strip())
+        m = _MEMORY.fullmatch(self.memory_reserve.strip())
         assert m
         if m.group(1) is not None:
             return int(total_bytes * float(m.group(1)) / 100)
@@ -260,9 +397,18 @@ class Answers(_Section):
     build: BuildAnswers = Field(default_factory=BuildAnswers)
     reboot: RebootAnswers = Field(default_factory=RebootAnswers)
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _format_version(cls, v: object) -> object:
+        if type(v) is not int or v != 1:  # `true` equals 1 to Python
+            raise ValueError("allowed: 1 (this answers format)")
+        return v
+
     @field_validator("extensions")
     @classmethod
     def _unique_extensions(cls, v: list[ExtensionAnswers]) -> list[ExtensionAnswers]:
+        if len(v) > 32:
+            raise ValueError("allowed: at most 32 extensions")
         names = [e.name for e in v]
         for n in names:
             if names.count(n) > 1:
@@ -294,22 +440,22 @@ def _toml_value(value: object) -> str:
 
 
 def answers_from_toml(text: str, origin: str) -> Answers:
+    """Answers from TOML text; any problem is an InputError naming the key (or the line)."""
+    data = parse_toml(text, origin)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{origin}: not valid TOML: {exc}") from exc
-    try:
-        return Answers.model_validate(data)
+        # strict: TOML has real types, so `true` is not 1 and 3.0 is not a job count
+        return Answers.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(describe_validation_error(origin, exc)) from exc
+        raise InputError(describe_validation_error(origin, exc)) from None
+
+
+def read_answers(path: Path) -> str:
+    """The text of an answers file (bounded, regular, UTF-8: steps.inputs)."""
+    return read_input(path, "answers file")
 
 
 def load_answers(path: Path | None) -> Answers:
     """The answers in `path`, or every default when no file is given."""
     if path is None:
         return Answers()
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read answers file: {exc.strerror}") from exc
-    return answers_from_toml(text, str(path))
+    return answers_from_toml(read_answers(path), str(path))

@@ -13,10 +13,12 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from steps.answers import Answers, ExtensionAnswers
-from steps.errors import InputError
+from steps.accounts import lookup_account
+from steps.answers import Answers, ExtensionAnswers, unsafe_directory
+from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
+from steps.rootfs import RootFS
 from steps.warnings import machine_warnings
 
 GIB = 2**30
@@ -222,6 +224,29 @@ def _owner(facts: Facts, answers: Answers) -> VenvOwner:
         return VenvOwner(facts.user.name, facts.user.home)
     # An account other than the invoking one: its home is the conventional one.
     return VenvOwner(wanted, "/root" if wanted == "root" else f"/home/{wanted}")
+
+
+def check_on_machine(choices: Choices, answers: Answers, fs: RootFS | None) -> None:
+    """What the answers name on the machine being set up, once "~" and "auto" are known: the
+    venv's account exists (NSS, steps.accounts) and its directory is not a system one. `fs`
+    None: a recorded machine, whose facts are trusted (its accounts cannot be asked)."""
+    wanted = answers.venv.user
+    if fs is not None and wanted != "auto" and lookup_account(fs, wanted) is None:
+        where = "this machine" if fs.is_host else f"the machine under {fs.root}"
+        raise InputError(
+            f"answers: venv.user = {show_value(wanted)}: no such account on {where}; "
+            'allowed: "auto" or an account that `getent passwd NAME` finds'
+        )
+    path = choices.venv_path.rstrip("/")
+    reason = unsafe_directory(path) or (
+        f"it is {choices.owner.name}'s home itself" if path == choices.owner.home.rstrip("/")
+        else None
+    )
+    if reason:
+        raise InputError(
+            f"answers: venv.path = {show_value(answers.venv.path)} is {choices.venv_path}: "
+            f"not a venv directory: {reason}; allowed: a directory of its own, such as ~/ml-env"
+        )
 
 
 def _driver_target(

@@ -27,6 +27,9 @@ class AlreadyRunningError(MlsetupError):
     exit_code = 4
 
 
+MAX_LISTED = 20  # problems listed per file: a generated file can have thousands
+
+
 def key_path(loc: tuple[int | str, ...]) -> str:
     """('toolkit', 'versions', 1) -> 'toolkit.versions[1]'."""
     out = ""
@@ -41,7 +44,10 @@ def key_path(loc: tuple[int | str, ...]) -> str:
 def describe_validation_error(origin: str, exc: ValidationError) -> str:
     """One line per problem: the key path, the value given and what is allowed."""
     lines = [f"{origin}: {exc.error_count()} invalid value(s):"]
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    if len(errors) > MAX_LISTED:
+        lines.append(f"  (the first {MAX_LISTED} of them)")
+    for err in errors[:MAX_LISTED]:
         loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
         where = key_path(loc)
         if err["type"] == "extra_forbidden":
@@ -49,7 +55,7 @@ def describe_validation_error(origin: str, exc: ValidationError) -> str:
         elif err["type"] == "missing":
             lines.append(f"  {where}: required key is missing")
         else:
-            lines.append(f"  {where} = {_show(err['input'])}: {_allowed(err)}")
+            lines.append(f"  {where} = {show_value(err['input'])}: {_allowed(err)}")
     return "\n".join(lines)
 
 
@@ -61,8 +67,29 @@ def _is_union_tag(part: int | str) -> bool:
     )
 
 
-def _show(value: object) -> str:
-    """A value as the user wrote it in TOML/JSON ("x", true), not as Python prints it."""
+def show_value(value: object, width: int = 80) -> str:
+    """A value as the user wrote it in TOML/JSON ("x", true), not as Python prints it; a long
+    or deeply nested one cut short (an input may be a megabyte, or nested past the stack)."""
+    text = _render(value, depth=3)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _render(value: object, depth: int) -> str:
+    if isinstance(value, (list, tuple)):
+        if depth == 0:
+            return "[…]"
+        return "[" + ", ".join(_render(v, depth - 1) for v in value[:8]) + (
+            ", …]" if len(value) > 8 else "]")
+    if isinstance(value, dict):
+        if depth == 0:
+            return "{…}"
+        items = [f"{_render(str(k), 0)}: {_render(v, depth - 1)}" for k, v in
+                 list(value.items())[:8]]
+        return "{" + ", ".join(items) + (", …}" if len(value) > 8 else "}")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"(a number of about {int(value.bit_length() * 0.30103) + 1} digits)"
+    if isinstance(value, str) and len(value) > 200:
+        value = value[:200]
     return json.dumps(value, default=str)
 
 

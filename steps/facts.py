@@ -8,15 +8,56 @@ so a plan can be made for a machine that is not this one.
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
-from steps.errors import InputError, describe_validation_error
+from steps.errors import InputError, describe_validation_error, show_value
+from steps.inputs import parse_json, read_input
 
 FACTS_SCHEMA = "mlsetup.facts/1"
+
+
+# A recorded facts file is input like an answers file: every value that can become a path, an
+# argv element or a number the planner computes with is bounded here. The probe builds the
+# same models, so the bounds are ones every real machine meets. Patterns use [0-9], never \d.
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+Text = Annotated[str, StringConstraints(max_length=256, pattern=_PRINTABLE)]
+Bytes = Annotated[int, Field(ge=0, le=2**60)]  # an exabyte: more than any machine has
+MajorMinor = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}\.[0-9]{1,3}$")]
+# os-release ID / VERSION_ID / VERSION_CODENAME characters (os-release(5))
+OsToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._~-]{1,64}$")]
+# `uname -r`: Debian package-name characters, as linux-headers-RELEASE must be
+KernelRelease = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")]
+PciBusId = Annotated[
+    str, StringConstraints(pattern=r"^[0-9A-Fa-f]{1,8}(:[0-9A-Fa-f]{1,8}){1,2}\.[0-7]$")
+]
+AccountName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")]
+
+
+def _absolute_path(v: str) -> str:
+    if (
+        len(v) > 4096
+        or not v.startswith("/")
+        or re.search(r"[\x00-\x1f\x7f]", v)
+        or posixpath.normpath(v) != v
+    ):
+        raise ValueError("allowed: a normalized absolute path (no . or .. or //)")
+    return v
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
 
 
 class _Strict(BaseModel):
@@ -24,41 +65,41 @@ class _Strict(BaseModel):
 
 
 class OsInfo(_Strict):
-    id: str | None
-    version_id: str | None
-    codename: str | None
-    arch: str | None
-    pretty: str | None
+    id: OsToken | None
+    version_id: OsToken | None
+    codename: OsToken | None
+    arch: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{1,32}$")] | None
+    pretty: Text | None
 
 
 class KernelInfo(_Strict):
-    release: str | None
+    release: KernelRelease | None
     headers_installed: bool | None
 
 
 class CpuInfo(_Strict):
-    logical: int | None = Field(ge=1)
+    logical: int | None = Field(ge=1, le=65536)
 
 
 class MemoryInfo(_Strict):
-    total_bytes: int | None = Field(ge=0)
-    available_bytes: int | None = Field(ge=0)
-    swap_total_bytes: int | None = Field(ge=0)
+    total_bytes: Bytes | None
+    available_bytes: Bytes | None
+    swap_total_bytes: Bytes | None
 
 
 class Gpu(_Strict):
-    index: int = Field(ge=0)
-    name: str | None
+    index: int = Field(ge=0, le=1023)
+    name: Text | None
     pci_device_id: str | None = Field(pattern=r"^0x[0-9a-f]{4}$")
-    pci_bus_id: str | None
-    compute_capability: str | None = Field(pattern=r"^\d+\.\d+$")
-    memory_bytes: int | None = Field(ge=0)
+    pci_bus_id: PciBusId | None
+    compute_capability: MajorMinor | None
+    memory_bytes: Bytes | None
     source: Literal["nvml", "pci"]
 
 
 class DriverInfo(_Strict):
-    version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$")
-    cuda_max: str | None = Field(pattern=r"^\d+\.\d+$")
+    version: str = Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$")
+    cuda_max: MajorMinor | None
     modules: Literal["open", "proprietary"] | None
     loaded: bool
 
@@ -68,19 +109,19 @@ class DriverInfo(_Strict):
 
 
 class Toolkit(_Strict):
-    version: str = Field(pattern=r"^\d+\.\d+$")
-    path: str
+    version: MajorMinor
+    path: AbsolutePath
 
 
 class PythonInfo(_Strict):
-    version: str
-    path: str
+    version: str = Field(pattern=r"^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}$")
+    path: AbsolutePath
 
 
 class UserInfo(_Strict):
-    name: str
-    home: str
-    uid: int = Field(ge=0)
+    name: AccountName
+    home: AbsolutePath
+    uid: int = Field(ge=0, le=2**32 - 2)
 
 
 class Facts(_Strict):
@@ -90,14 +131,14 @@ class Facts(_Strict):
     secure_boot: Literal["enabled", "disabled", "unknown"]
     cpu: CpuInfo
     memory: MemoryInfo
-    disk_free_bytes: dict[str, int | None]
-    gpus: list[Gpu]
+    disk_free_bytes: Annotated[dict[AbsolutePath, Bytes | None], Field(max_length=16)]
+    gpus: Annotated[list[Gpu], Field(max_length=256)]
     driver: DriverInfo | None
     nouveau_loaded: bool | None
-    toolkits: list[Toolkit]
-    pythons: list[PythonInfo]
+    toolkits: Annotated[list[Toolkit], Field(max_length=64)]
+    pythons: Annotated[list[PythonInfo], Field(max_length=64)]
     user: UserInfo | None
-    boot_id: str | None
+    boot_id: Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z-]{1,64}$")] | None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -115,28 +156,21 @@ class Facts(_Strict):
 
 
 def facts_from_json(text: str, origin: str) -> Facts:
-    """Parse recorded Facts; any problem is an InputError naming the key."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}"
-        ) from exc
+    """Parse recorded Facts; any problem is an InputError naming the key (or the line)."""
+    data = parse_json(text, origin)
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a JSON object with schema {FACTS_SCHEMA!r}")
     if data.get("schema") != FACTS_SCHEMA:
         raise InputError(
-            f"{origin}: key 'schema' is {data.get('schema')!r}; allowed: {FACTS_SCHEMA!r}"
+            f"{origin}: schema = {show_value(data.get('schema'))}; allowed: {FACTS_SCHEMA!r}"
         )
     try:
-        return Facts.model_validate(data)
+        # strict: JSON has real types, so true is not 1 and "16" is not a CPU count
+        return Facts.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(describe_validation_error(origin, exc)) from exc
+        raise InputError(describe_validation_error(origin, exc)) from None
 
 
 def load_facts(path: Path) -> Facts:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read facts file: {exc.strerror}") from exc
-    return facts_from_json(text, str(path))
+    """A recorded machine (`mlsetup probe --json`), read bounded (steps.inputs)."""
+    return facts_from_json(read_input(path, "facts file"), str(path))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from steps import driver, extensions, toolkit
 from steps import venv as venv_step
 from steps.answers import Answers
-from steps.choices import Choices, choose
+from steps.choices import Choices, check_on_machine, choose
 from steps.extensions import wanted_wheels
 from steps.facts import Facts
 from steps.plan import Plan, Step
@@ -26,6 +26,7 @@ def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
     """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
     earlier (steps.wheels.find_wheels). Both None for a machine that is not this one."""
     choices: Choices = choose(facts, answers)
+    check_on_machine(choices, answers, None)
     steps = [
         driver.plan(facts, answers, choices),
         toolkit.plan(facts, answers, choices),
@@ -51,6 +52,7 @@ def observe_and_plan(fs: RootFS, answers: Answers) -> tuple[Facts, Plan]:
     """Probe this machine (its venv and the wheels built earlier too) and plan for it."""
     facts = probe(fs).facts
     choices = choose(facts, answers)
+    check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
     wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv))
     return facts, make_plan(facts, answers, venv, wheels)

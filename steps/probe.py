@@ -18,6 +18,7 @@ from pathlib import Path
 import distro
 import psutil
 
+from steps.accounts import account_by_uid, lookup_account
 from steps.facts import (
     CpuInfo,
     DriverInfo,
@@ -33,8 +34,9 @@ from steps.facts import (
 from steps.knowledge import knowledge
 from steps.nvml import NvmlReading, NvmlUnavailable, load_snapshot, read_nvml
 from steps.rootfs import RootFS
+from steps.settings import NVML_SNAPSHOT, settings_from
 
-NVML_SNAPSHOT_ENV = "MLSETUP_NVML_SNAPSHOT"
+NVML_SNAPSHOT_ENV = NVML_SNAPSHOT
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
@@ -81,10 +83,10 @@ def probe(fs: RootFS | None = None, env: Mapping[str, str] | None = None) -> Pro
 
 
 def _nvml(fs: RootFS, env: Mapping[str, str], notes: list[str]) -> NvmlReading | None:
-    snapshot = env.get(NVML_SNAPSHOT_ENV)
+    snapshot = settings_from(env).nvml_snapshot
     try:
         if snapshot:
-            return load_snapshot(Path(snapshot))
+            return load_snapshot(snapshot)
         if fs.is_host:
             return read_nvml()
     except NvmlUnavailable as exc:
@@ -306,13 +308,13 @@ def _pythons(fs: RootFS) -> list[PythonInfo]:
 
 
 def _user(fs: RootFS, env: Mapping[str, str]) -> UserInfo | None:
-    """The invoking user: $SUDO_USER under sudo, else whoever runs mlsetup."""
+    """The invoking user: $SUDO_USER under sudo, else whoever runs mlsetup (NSS on this
+    machine, so directory users count: steps.accounts)."""
     wanted_name = env.get("SUDO_USER")
-    wanted_uid = None if wanted_name else os.getuid()
-    for line in (fs.read_text("/etc/passwd") or "").splitlines():
-        parts = line.split(":")
-        if len(parts) < 7 or not parts[2].isdigit():
-            continue
-        if parts[0] == wanted_name or int(parts[2]) == wanted_uid:
-            return UserInfo(name=parts[0], home=parts[5], uid=int(parts[2]))
-    return None
+    account = lookup_account(fs, wanted_name) if wanted_name else account_by_uid(fs, os.getuid())
+    if account is None:
+        return None
+    try:
+        return UserInfo(name=account.name, home=account.home, uid=account.uid)
+    except ValueError:  # an account name or home no answers file could name: no user
+        return None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from steps.accounts import Account, lookup_account
 from steps.events import EventSink, Output
 from steps.plan import Action
 from steps.rootfs import RootFS
@@ -60,23 +61,6 @@ def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return _pick(environ, CARRIED, CARRIED_PREFIXES)
-
-
-@dataclass(frozen=True)
-class Account:
-    name: str
-    uid: int
-    gid: int
-    home: str
-
-
-def lookup_account(fs: RootFS, name: str) -> Account | None:
-    """An account from the target machine's /etc/passwd."""
-    for line in (fs.read_text("/etc/passwd") or "").splitlines():
-        parts = line.split(":")
-        if len(parts) >= 7 and parts[0] == name and parts[2].isdigit() and parts[3].isdigit():
-            return Account(name, int(parts[2]), int(parts[3]), parts[5])
-    return None
 
 
 @dataclass

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 
+from steps.settings import settings_from
+
 PLAIN_TERMS = ("linux", "vt100", "vt102", "vt220", "dumb", "ansi")
 
 
 def plain_terminal(environ: dict[str, str] | None = None) -> bool:
     """A console with few glyphs and 8 colours: the Linux VT, serial consoles."""
     env = os.environ if environ is None else environ
-    if env.get("MLSETUP_ASCII"):
+    if settings_from(env).ascii:
         return True
     return env.get("TERM", "") in PLAIN_TERMS
 

@@ -1,0 +1,119 @@
+"""mlsetup's own environment settings (`MLSETUP_*`), parsed once into one validated model.
+
+They are input like the answers: a bad value is exit 2 naming the variable, the value and
+what is allowed, and a misspelt name is refused rather than silently ignored. Every reader
+takes them from here: recipes (steps.knowledge), the NVML snapshot (steps.probe), the dpkg
+lock wait (app.apply), the ASCII wizard (app.tui.glyphs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from steps.errors import InputError, show_value
+
+PREFIX = "MLSETUP_"
+EXTENSIONS_DIR = "MLSETUP_EXTENSIONS_DIR"
+NVML_SNAPSHOT = "MLSETUP_NVML_SNAPSHOT"
+DPKG_LOCK_TIMEOUT = "MLSETUP_DPKG_LOCK_TIMEOUT"
+ASCII = "MLSETUP_ASCII"
+# install.sh's (where it puts the venv and the command); accepted here, not used
+INSTALL_ONLY = ("MLSETUP_PREFIX", "MLSETUP_BINDIR")
+KNOWN = (EXTENSIONS_DIR, NVML_SNAPSHOT, DPKG_LOCK_TIMEOUT, ASCII, *INSTALL_ONLY)
+DEFAULT_DPKG_LOCK_TIMEOUT = 600.0
+_TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    extensions_dir: Path | None = None  # None: /etc/mlsetup/extensions.d
+    nvml_snapshot: Path | None = None  # tests: a recorded NVML reading instead of the GPUs
+    dpkg_lock_timeout: float = DEFAULT_DPKG_LOCK_TIMEOUT  # seconds to wait for apt's lock
+    ascii: bool = False  # the wizard draws ASCII only
+
+
+def settings_from(environ: Mapping[str, str]) -> Settings:
+    """The settings in `environ`; an InputError naming the first bad variable."""
+    given = {k: v for k, v in environ.items() if k.startswith(PREFIX) and v != ""}
+    for name in given:
+        if name not in KNOWN:
+            raise InputError(f"environment: {name}: unknown setting; allowed: {', '.join(KNOWN)}")
+    for name in INSTALL_ONLY:
+        if name in given:
+            _absolute(name, given[name])
+    return Settings(
+        extensions_dir=_directory(EXTENSIONS_DIR, given.get(EXTENSIONS_DIR)),
+        nvml_snapshot=_regular_file(NVML_SNAPSHOT, given.get(NVML_SNAPSHOT)),
+        dpkg_lock_timeout=_seconds(DPKG_LOCK_TIMEOUT, given.get(DPKG_LOCK_TIMEOUT)),
+        ascii=_flag(ASCII, given.get(ASCII)),
+    )
+
+
+def settings() -> Settings:
+    """The settings of this process's environment (read again each time: a resumed run
+    restores the environment it started in)."""
+    return settings_from(os.environ)
+
+
+def _bad(name: str, value: str, allowed: str) -> InputError:
+    return InputError(f"environment: {name}={show_value(value)}: allowed: {allowed}")
+
+
+def _absolute(name: str, value: str) -> Path:
+    if len(value) > 4096 or not value.startswith("/") or any(ord(c) < 32 for c in value):
+        raise _bad(name, value, "an absolute path")
+    return Path(value)
+
+
+def _directory(name: str, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = _absolute(name, value)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _bad(name, value, f"an existing directory ({exc.strerror})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise _bad(name, value, "an existing directory (this is not one)")
+    return path
+
+
+def _regular_file(name: str, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = _absolute(name, value)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _bad(name, value, f"an existing file ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _bad(name, value, "a regular file (this is not one)")
+    return path
+
+
+def _seconds(name: str, value: str | None) -> float:
+    if value is None:
+        return DEFAULT_DPKG_LOCK_TIMEOUT
+    allowed = "a number of seconds from 0 to 86400, such as 600"
+    try:
+        seconds = float(value) if len(value) <= 20 and value.isascii() else math.nan
+    except ValueError:
+        raise _bad(name, value, allowed) from None
+    if not 0 <= seconds <= 86400:  # also false for NaN
+        raise _bad(name, value, allowed)
+    return seconds
+
+
+def _flag(name: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise _bad(name, value, f"one of {', '.join(_TRUE + _FALSE)} (or unset)")
