@@ -10,12 +10,12 @@ import time
 
 from app.console import ConsolePrinter
 from steps.answers import answers_from_toml
-from steps.engine import ApplyLock, ApplyRequest, Engine, already_running_message
-from steps.errors import AlreadyRunningError, InputError, NeedsRootError
+from steps.engine import ApplyLock, ApplyRequest, Engine
+from steps.errors import InputError, NeedsRootError
 from steps.events import Finished, RunStarted, follow
 from steps.paths import Paths
 from steps.rootfs import RootFS
-from steps.service import start_detached, take_handover
+from steps.service import start_detached, take_handover, take_lock
 from steps.state import CorruptState, load_state
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
@@ -72,7 +72,10 @@ def apply(args: argparse.Namespace) -> int:
     if args.ticket is not None and not take_handover(fs, args.ticket):
         sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
         return 0
+    # ... and the apply lock its starter took for it (None: it takes the lock itself).
+    lock_fd = take_lock(fs, args.ticket) if args.ticket is not None else None
     request = _request(args, fs)
+    request.lock_fd = lock_fd
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()
     if os.geteuid() != 0:
@@ -80,16 +83,23 @@ def apply(args: argparse.Namespace) -> int:
             "apply changes the system: run it with sudo, e.g. "
             f"sudo mlsetup apply --answers {args.answers or 'FILE'}"
         )
-    holder = ApplyLock(Paths(fs).lock).holder()
-    if holder is not None:
-        raise AlreadyRunningError(already_running_message(holder))
     if args.foreground:
-        return Engine(fs, request, ConsolePrinter()).run()
+        return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 
     engine_args = ["--root", str(args.root)] + (
         ["--resume"] if args.resume else ["--answers", request.answers_path or ""]
     )
-    ticket = start_detached(fs, engine_args)
+    # The lock first, so that of two applies started at once exactly one gets past here; the
+    # engine started below takes it over before this returns "started".
+    lock = ApplyLock(Paths(fs).lock)
+    lock.acquire()
+    try:
+        if not args.resume:
+            load_state(Paths(fs).state)  # unusable: set aside, exit 2, before anything runs
+        assert lock.fd is not None
+        ticket = start_detached(fs, engine_args, lock.fd)
+    finally:
+        lock.release()
     return _view(fs, ticket)
 
 

@@ -9,6 +9,8 @@ action; a reboot the driver needs is a pause, checked when the run resumes.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -54,11 +56,11 @@ from steps.runner import Result, Runner, RunnerError, carried_environment, looku
 from steps.service import systemd_booted
 from steps.state import (
     ActionRecord,
-    CorruptState,
     RebootRecord,
     State,
     load_state,
     new_run_id,
+    remove_temporaries,
     save_state,
     write_atomic,
 )
@@ -66,11 +68,13 @@ from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, build_dir, publish
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 OOM_RETRIES = 2
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 RESUME_UNIT = "mlsetup-resume.service"
 REPORT_SCHEMA = "mlsetup.report/1"
 DPKG_LOCK_TIMEOUT = 600.0
+INTERRUPTED_WAIT = 600.0
 
 
 @dataclass
@@ -82,6 +86,9 @@ class ApplyRequest:
     ticket: str | None = None  # lets the viewer that started the engine find this run
     facts_file: Path | None = None  # a recorded machine (dry runs only)
     dpkg_lock_timeout: float = DPKG_LOCK_TIMEOUT
+    lock_fd: int | None = None  # the apply lock its starter took for it (steps.service)
+    # How long a command of an interrupted run (other than a build) is waited for.
+    interrupted_wait: float = INTERRUPTED_WAIT
 
 
 class _Stop(Exception):
@@ -123,17 +130,34 @@ class ApplyLock:
         finally:
             os.close(fd)
 
+    @property
+    def fd(self) -> int | None:
+        return self._fd
+
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise AlreadyRunningError(already_running_message(self.holder())) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
         self._fd = fd
+        self._mark()
+
+    def adopt(self, fd: int) -> None:
+        """Hold the lock the starter took and handed over (steps.service.take_lock): the same
+        open file, so it is held already and the flock only confirms it."""
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._fd = fd
+        self._mark()
+
+    def _mark(self) -> None:
+        """Write the holder's pid into the lock file, for the "already running" message."""
+        assert self._fd is not None
+        with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -162,12 +186,20 @@ class Engine:
         self.outcome = _Outcome()
         self.state: State | None = None
         self.plan: Plan | None = None
+        self._step = "start"  # the step under way, for a failure outside any action
+        self._event_log: EventLog | None = None
+        self._events: Path | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
         for sink in self._sinks:
-            sink(event)
+            try:
+                sink(event)
+            except OSError as exc:  # the event stream's disk is full: say which file
+                if sink is not self._event_log or exc.filename is not None:
+                    raise
+                raise _naming(exc, self._events) from exc
 
     def _save(self) -> None:
         if self.state is not None and not self.req.dry_run:
@@ -201,7 +233,10 @@ class Engine:
                     "applying changes the system: run it as root, e.g. "
                     f"sudo mlsetup apply --answers {self.req.answers_path or 'FILE'}"
                 )
-            lock.acquire()
+            if self.req.lock_fd is not None:
+                lock.adopt(self.req.lock_fd)
+            else:
+                lock.acquire()
         try:
             self._start()
             self._run_steps()
@@ -213,17 +248,19 @@ class Engine:
             )
         except _Stop as stop:
             return stop.code
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            return self._no_space(exc)
         finally:
             lock.release()
 
     def _start(self) -> None:
         resumed = False
-        notice = None
         if not self.req.dry_run:
-            try:
-                old = load_state(self.paths.state)
-            except CorruptState as exc:
-                old, notice = None, str(exc)
+            # This engine holds the lock: temporary files here are those of dead engines.
+            remove_temporaries(self.paths.state_dir)
+            old = load_state(self.paths.state)  # an unusable one: set aside, exit 2
             if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
                 self.state, resumed = old, True
             else:
@@ -248,8 +285,6 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
-        if notice:
-            self.emit(Notice(text=notice))
         if self.state is not None:
             if self.state.phase == "reboot":
                 self._after_reboot()
@@ -260,8 +295,9 @@ class Engine:
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.paths.log_dir.chmod(0o700)
-        log = EventLog(run_dir / "events.jsonl")
-        self._sinks.append(log)
+        self._events = run_dir / "events.jsonl"
+        self._event_log = EventLog(self._events)
+        self._sinks.append(self._event_log)
         current = self.paths.current_run
         tmp = self.paths.log_dir / ".current.tmp"
         tmp.unlink(missing_ok=True)
@@ -270,6 +306,7 @@ class Engine:
 
     def _run_steps(self) -> None:
         for name in STEP_ORDER:
+            self._step = name
             facts, plan = self._plan()
             self.choices = choose(facts, self.req.answers)  # this step's decisions, made once
             step = plan.step(name)
@@ -350,6 +387,10 @@ class Engine:
                 result = self._compile(action, log, started)
             else:
                 result = self.runner.run(action, log, on_start=started)
+        except OSError as exc:  # its log could not be written (a full disk)
+            if exc.filename is not None:
+                raise
+            raise _naming(exc, log) from exc
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
             self._fail(step, action, None, log, what=str(exc), diagnosis=None)
@@ -741,6 +782,38 @@ class Engine:
             self.state.phase = "failed"
         raise _Stop(self._finish(EXIT_FAILED, "failed", what))
 
+    def _no_space(self, exc: OSError) -> int:
+        """A state, log or report write found its disk full. The state file is still the last
+        complete one (every write is atomic), so the resume goes on from there; this says so
+        through whatever can still be written (the console of a foreground engine)."""
+        where = exc.filename or f"{self.paths.state_dir} or {self.paths.log_dir}"
+        diagnosis = diagnose([f"{where}: {exc.strerror}"], None, str(where))
+        what = f"no space left on the device to write {where}"
+        why = diagnosis.why if diagnosis else "The disk is full."
+        nxt = (
+            f"df -h {Path(str(where)).parent}; "
+            + (diagnosis.next if diagnosis else f"free space, then: {RESUME_COMMAND}")
+        )
+        self.outcome.failure = {
+            "step": self._step, "action": None, "exit_code": None, "log": None, "what": what,
+            "why": why, "next": nxt, "diagnosis": diagnosis.id if diagnosis else None,
+            "last_output": [],
+        }
+        for event in (
+            Failed(step=self._step, action=None, exit_code=None, log=None, what=what, why=why,
+                   next=nxt),
+            Finished(code=EXIT_FAILED, result="failed", summary=what),
+        ):
+            for sink in self._sinks:
+                with contextlib.suppress(OSError):
+                    sink(event)
+        if self.state is not None:
+            with contextlib.suppress(OSError):  # if there is room again, or only logs are full
+                self.state.phase = "failed"
+                self._save()
+                self._write_report(EXIT_FAILED, "failed")
+        return EXIT_FAILED
+
     def _finish(self, code: int, result: str, summary: str) -> int:
         if self.state is not None:
             if result == "done":
@@ -792,6 +865,11 @@ class Engine:
             "time": time.time(),
         }
         write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
+
+
+def _naming(exc: OSError, path: Path | None) -> OSError:
+    """`exc` naming the file it happened to (a failed write() names none)."""
+    return OSError(exc.errno, exc.strerror, str(path) if path else None)
 
 
 def _driver_ok(facts: Facts, branch: int) -> bool:
