@@ -62,6 +62,7 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         ticket=args.ticket,
         facts_file=args.facts,
         dpkg_lock_timeout=float(os.environ.get("MLSETUP_DPKG_LOCK_TIMEOUT", "600")),
+        interrupted_wait=float(os.environ.get("MLSETUP_INTERRUPTED_WAIT", "600")),
     )
 
 

@@ -45,7 +45,7 @@ from steps.events import (
 )
 from steps.extensions import target_key
 from steps.facts import Facts, load_facts
-from steps.governor import GiB, Governor
+from steps.governor import GiB, Governor, end_orphaned_build, end_process_tree
 from steps.knowledge import ASSETS_DIR
 from steps.paths import Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step
@@ -201,6 +201,11 @@ class Engine:
                     raise
                 raise _naming(exc, self._events) from exc
 
+    @property
+    def _stopped_jobs(self) -> Path:
+        """Where the governor keeps the compile jobs it has stopped (steps.governor)."""
+        return self.paths.state_dir / "governed-build.json"
+
     def _save(self) -> None:
         if self.state is not None and not self.req.dry_run:
             save_state(self.paths.state, self.state)
@@ -257,9 +262,12 @@ class Engine:
 
     def _start(self) -> None:
         resumed = False
+        continued: list[int] = []
+        ended: list[int] = []
         if not self.req.dry_run:
             # This engine holds the lock: temporary files here are those of dead engines.
             remove_temporaries(self.paths.state_dir)
+            continued, ended = end_orphaned_build(self._stopped_jobs)
             old = load_state(self.paths.state)  # an unusable one: set aside, exit 2
             if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
                 self.state, resumed = old, True
@@ -285,6 +293,15 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
+        if not self.req.dry_run and (continued or ended):
+            self.emit(
+                Notice(
+                    text="the interrupted run's governed build was left behind: continued "
+                    f"{len(continued)} compile job(s) its governor had stopped and ended "
+                    f"{len(ended)} process(es) of it; the build starts again, keeping the "
+                    "objects already compiled"
+                )
+            )
         if self.state is not None:
             if self.state.phase == "reboot":
                 self._after_reboot()
@@ -464,6 +481,7 @@ class Engine:
                 # compiles, and root must not read what that account may have swapped in
                 lessons_file=tree.with_name(f"{tree.name}.governor.json"),
                 action=action.id,
+                stopped_file=self._stopped_jobs,
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
                 governor.share_with(owner.uid, owner.gid)
@@ -523,21 +541,53 @@ class Engine:
             )
 
     def _wait_for_interrupted(self, action: Action) -> None:
-        """A previous engine died while this action ran: let its process finish first."""
+        """A previous engine died while this action ran and its process is still there. A
+        build is ended (its output went to the dead engine; the objects compiled stay); any
+        other command (apt, dpkg, uv) is waited for, for at most `interrupted_wait` seconds,
+        then the run stops and says what to do: ending dpkg midway could break the system."""
         assert self.state is not None
         record = self.state.actions.get(action.id)
         if record is None or record.status != "running" or not record.pid:
             return
-        if not _alive(record.pid, action.argv[0]):
+        pid = record.pid
+        if not _alive(pid, action.argv[0]):
             return
+        if action.id.endswith(".build"):
+            self.emit(
+                Waiting(
+                    reason=f"{action.id} from the interrupted run is still running (pid {pid})"
+                    " and nothing reads its output any more: ending it (SIGTERM, SIGKILL after "
+                    "5s), then building again with the objects it already compiled"
+                )
+            )
+            with contextlib.suppress(psutil.Error):
+                end_process_tree(psutil.Process(pid))
+            return
+        limit = self.req.interrupted_wait
         self.emit(
             Waiting(
-                reason=f"{action.id} from the interrupted run is still running "
-                f"(pid {record.pid}); waiting for it to end before running "
-                "it again"
+                reason=f"{action.id} from the interrupted run is still running (pid {pid}); "
+                f"waiting up to {limit:.0f}s for it to end before running it again"
             )
         )
-        while _alive(record.pid, action.argv[0]):
+        deadline = time.monotonic() + limit
+        while _alive(pid, action.argv[0]):
+            if time.monotonic() > deadline:
+                self._fail(
+                    record.step,
+                    action,
+                    None,
+                    Path(record.log),
+                    what=f"{action.id} of the interrupted run (pid {pid}) was still running "
+                    f"after {limit:.0f}s",
+                    diagnosis=Diagnosis(
+                        "interrupted-still-running",
+                        "The run was interrupted while this command ran, and the command went "
+                        "on without it; running it again beside it could break what it does.",
+                        f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
+                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}",
+                    ),
+                )
             time.sleep(0.5)
 
     def _dpkg_ready(self, step: str, action: Action, log: Path) -> None:
