@@ -7,11 +7,13 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from app.console import ConsolePrinter
 from steps.answers import answers_from_toml
-from steps.engine import ApplyLock, ApplyRequest, Engine
-from steps.errors import InputError, NeedsRootError
+from steps.diagnose import no_space
+from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
+from steps.errors import InputError, MlsetupError, NeedsRootError
 from steps.events import Finished, RunStarted, follow
 from steps.paths import Paths
 from steps.rootfs import RootFS
@@ -99,9 +101,30 @@ def apply(args: argparse.Namespace) -> int:
             load_state(Paths(fs).state)  # unusable: set aside, exit 2, before anything runs
         assert lock.fd is not None
         ticket = start_detached(fs, engine_args, lock.fd)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        raise MlsetupError(_no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
     finally:
         lock.release()
     return _view(fs, ticket)
+
+
+def _no_space_text(path: str) -> str:
+    diagnosis = no_space(path)
+    return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"
+
+
+def _full_disk(paths: Paths) -> Path | None:
+    """mlsetup's state or log directory, if its disk has no space left."""
+    for directory in (paths.state_dir, paths.log_dir):
+        try:
+            st = os.statvfs(directory)
+        except OSError:
+            continue
+        if st.f_bavail * st.f_frsize < 64 * 1024:
+            return directory
+    return None
 
 
 def _view(fs: RootFS, ticket: str | None) -> int:
@@ -123,8 +146,8 @@ def _view(fs: RootFS, ticket: str | None) -> int:
         signal.signal(sig, leave)
 
     def gone() -> bool:
-        if not seen_start:
-            return time.monotonic() - started > START_TIMEOUT
+        if not seen_start:  # the engine holds the lock its starter handed it until it ends
+            return lock.holder() is None or time.monotonic() - started > START_TIMEOUT
         return lock.holder() is None
 
     for event in follow(paths.current_events, stop=gone):
@@ -137,6 +160,10 @@ def _view(fs: RootFS, ticket: str | None) -> int:
         printer(event)
         if isinstance(event, Finished):
             return event.code
+    full = _full_disk(paths)
+    if full is not None:  # the engine could not write what it would have said
+        sys.stderr.write(f"mlsetup: {_no_space_text(str(full))}\n")
+        return 1
     if not seen_start:
         log = paths.log_dir / "engine.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []

@@ -25,7 +25,7 @@ import psutil
 from steps.answers import Answers
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.choices import BuildTarget, Choices, choose
-from steps.diagnose import Diagnosis, diagnose
+from steps.diagnose import Diagnosis, diagnose, no_space
 from steps.errors import AlreadyRunningError, NeedsRootError
 from steps.events import (
     ActionFinished,
@@ -64,6 +64,7 @@ from steps.state import (
     save_state,
     write_atomic,
 )
+from steps.venv import index_url, split_credentials
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, build_dir, publish
 
@@ -403,7 +404,9 @@ class Engine:
             if action.id.endswith(".build"):
                 result = self._compile(action, log, started)
             else:
-                result = self.runner.run(action, log, on_start=started)
+                result = self.runner.run(
+                    action, log, on_start=started, extra_env=self._secrets(action)
+                )
         except OSError as exc:  # its log could not be written (a full disk)
             if exc.filename is not None:
                 raise
@@ -539,6 +542,13 @@ class Engine:
                     + ", ".join(str(c.parent) for c in copies)
                 )
             )
+
+    def _secrets(self, action: Action) -> dict[str, str]:
+        """What an action needs that the plan must not show: the torch index's credentials
+        (steps.venv.split_credentials), given to uv in its environment, never in its argv."""
+        if action.id != "venv.torch":
+            return {}
+        return split_credentials(index_url(self.req.answers, self.choices.torch_build))[1]
 
     def _wait_for_interrupted(self, action: Action) -> None:
         """A previous engine died while this action ran and its process is still there. A
@@ -836,18 +846,13 @@ class Engine:
         """A state, log or report write found its disk full. The state file is still the last
         complete one (every write is atomic), so the resume goes on from there; this says so
         through whatever can still be written (the console of a foreground engine)."""
-        where = exc.filename or f"{self.paths.state_dir} or {self.paths.log_dir}"
-        diagnosis = diagnose([f"{where}: {exc.strerror}"], None, str(where))
+        where = str(exc.filename or self.paths.state)
+        diagnosis = no_space(where)
         what = f"no space left on the device to write {where}"
-        why = diagnosis.why if diagnosis else "The disk is full."
-        nxt = (
-            f"df -h {Path(str(where)).parent}; "
-            + (diagnosis.next if diagnosis else f"free space, then: {RESUME_COMMAND}")
-        )
+        why, nxt = diagnosis.why, diagnosis.next
         self.outcome.failure = {
             "step": self._step, "action": None, "exit_code": None, "log": None, "what": what,
-            "why": why, "next": nxt, "diagnosis": diagnosis.id if diagnosis else None,
-            "last_output": [],
+            "why": why, "next": nxt, "diagnosis": diagnosis.id, "last_output": [],
         }
         for event in (
             Failed(step=self._step, action=None, exit_code=None, log=None, what=what, why=why,
