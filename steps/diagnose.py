@@ -59,4 +59,5 @@ def no_space(path: str) -> Diagnosis:
     """The "no-space" diagnosis for a write of mlsetup's own (state, logs, report) that found
     the disk holding `path` full, with where to look first."""
     sig = next(s for s in _signatures() if s.id == "no-space")
-    return Diagnosis(sig.id, sig.why, f"df -h {os.path.dirname(path) or path}; {sig.next}")
+    where = path if os.path.isdir(path) else os.path.dirname(path) or path
+    return Diagnosis(sig.id, sig.why, f"df -h {where}; {sig.next}")

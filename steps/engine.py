@@ -407,10 +407,13 @@ class Engine:
                 result = self.runner.run(
                     action, log, on_start=started, extra_env=self._secrets(action)
                 )
-        except OSError as exc:  # its log could not be written (a full disk)
-            if exc.filename is not None:
-                raise
-            raise _naming(exc, log) from exc
+        except OSError as exc:
+            if exc.errno in NO_SPACE:  # its log could not be written: the disk is full
+                if exc.filename is not None:
+                    raise
+                raise _naming(exc, log) from exc
+            record.status, record.ended = "failed", time.time()
+            self._fail(step, action, None, log, what=f"{action.id}: {exc}", diagnosis=None)
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
             self._fail(step, action, None, log, what=str(exc), diagnosis=None)
