@@ -109,16 +109,16 @@ def test_kill_9_with_jobs_parked_then_resume_completes(
     if kill == "engine-and-watchdog":
         for w in watchdogs:
             os.kill(w.pid, signal.SIGKILL)
+    t_kill = time.monotonic()
     os.kill(engine, signal.SIGKILL)
     viewer.wait(timeout=30)
     wait_for(server.apply_lock_free)
-    t_kill = time.monotonic()
     if kill == "engine":
         # the watchdog: nothing stays stopped, the orphaned build is ended within seconds
         wait_for(lambda: not _build_processes(objects), timeout=30)
         print(f"kill -9 engine, {len(parked)} job(s) parked, {kept}/10 objects built "
               f"([{len(progress)}/10] seen): the watchdog continued and ended the build "
-              f"within {time.monotonic() - t_kill:.1f}s")
+              f"{time.monotonic() - t_kill:.1f}s after the kill")
     else:
         time.sleep(2)
         assert _stopped(objects), "without the watchdog the parked job stays stopped"
