@@ -280,7 +280,11 @@ def test_every_unusable_state_is_set_aside_with_exit_2_and_the_next_apply_works(
     for variant in VARIANTS:
         path.unlink()
         _plant(path, variant, server.base / f"elsewhere-{variant}.json")
-        for how in (["--answers", str(server.answers)], ["--resume"]):
+        # `--resume` reads the state in the starter, a new apply in the engine's start: both
+        # (the first only for one variant, to keep the suite short)
+        hows = [["--answers", str(server.answers)]] + ([["--resume"]] if variant == "binary"
+                                                       else [])
+        for how in hows:
             run = server.mlsetup("apply", *how, timeout=120)
             assert run.returncode == 2, (variant, how, run.stdout, run.stderr)
             _no_traceback(run)
@@ -289,7 +293,7 @@ def test_every_unusable_state_is_set_aside_with_exit_2_and_the_next_apply_works(
             assert not os.path.lexists(path), variant  # set aside, not left in the way
             kept = run.stderr.split("moved it to ", 1)[1].split(";")[0]
             assert os.path.lexists(kept) and kept.startswith(str(path) + ".corrupt-")
-            if how[0] == "--answers":
+            if len(hows) > 1 and how[0] == "--answers":
                 os.rename(kept, path)  # the same file again, for the --resume
         after = server.mlsetup("apply", "--answers", str(server.answers), timeout=120)
         assert after.returncode == 0, (variant, after.stdout, after.stderr)
