@@ -7,18 +7,20 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from app.console import ConsolePrinter
 from steps.answers import answers_from_toml, read_answers
 from steps.choices import check_on_machine, choose
-from steps.engine import ApplyLock, ApplyRequest, Engine, already_running_message
-from steps.errors import AlreadyRunningError, InputError, NeedsRootError
+from steps.diagnose import no_space
+from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
+from steps.errors import InputError, MlsetupError, NeedsRootError
 from steps.events import Finished, RunStarted, follow
 from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
 from steps.rootfs import RootFS
-from steps.service import start_detached, take_handover
+from steps.service import start_detached, take_handover, take_lock
 from steps.settings import settings
 from steps.state import CorruptState, load_state
 
@@ -63,6 +65,7 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         ticket=args.ticket,
         facts_file=args.facts,
         dpkg_lock_timeout=settings().dpkg_lock_timeout,
+        interrupted_wait=settings().interrupted_wait,
     )
 
 
@@ -84,7 +87,10 @@ def apply(args: argparse.Namespace) -> int:
     if args.ticket is not None and not take_handover(fs, args.ticket):
         sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
         return 0
+    # ... and the apply lock its starter took for it (None: it takes the lock itself).
+    lock_fd = take_lock(fs, args.ticket) if args.ticket is not None else None
     request = _request(args, fs)
+    request.lock_fd = lock_fd
     _check_input(fs, request)
     if request.dry_run:
         return Engine(fs, request, ConsolePrinter()).run()
@@ -93,17 +99,45 @@ def apply(args: argparse.Namespace) -> int:
             "apply changes the system: run it with sudo, e.g. "
             f"sudo mlsetup apply --answers {args.answers or 'FILE'}"
         )
-    holder = ApplyLock(Paths(fs).lock).holder()
-    if holder is not None:
-        raise AlreadyRunningError(already_running_message(holder))
     if args.foreground:
-        return Engine(fs, request, ConsolePrinter()).run()
+        return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 
     engine_args = ["--root", str(args.root)] + (
         ["--resume"] if args.resume else ["--answers", request.answers_path or ""]
     )
-    ticket = start_detached(fs, engine_args)
+    # The lock first, so that of two applies started at once exactly one gets past here; the
+    # engine started below takes it over before this returns "started".
+    lock = ApplyLock(Paths(fs).lock)
+    lock.acquire()
+    try:
+        if not args.resume:
+            load_state(Paths(fs).state)  # unusable: set aside, exit 2, before anything runs
+        assert lock.fd is not None
+        ticket = start_detached(fs, engine_args, lock.fd)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        raise MlsetupError(_no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
+    finally:
+        lock.release()
     return _view(fs, ticket)
+
+
+def _no_space_text(path: str) -> str:
+    diagnosis = no_space(path)
+    return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"
+
+
+def _full_disk(paths: Paths) -> Path | None:
+    """mlsetup's state or log directory, if its disk has no space left."""
+    for directory in (paths.state_dir, paths.log_dir):
+        try:
+            st = os.statvfs(directory)
+        except OSError:
+            continue
+        if st.f_bavail * st.f_frsize < 64 * 1024:
+            return directory
+    return None
 
 
 def _view(fs: RootFS, ticket: str | None) -> int:
@@ -125,8 +159,8 @@ def _view(fs: RootFS, ticket: str | None) -> int:
         signal.signal(sig, leave)
 
     def gone() -> bool:
-        if not seen_start:
-            return time.monotonic() - started > START_TIMEOUT
+        if not seen_start:  # the engine holds the lock its starter handed it until it ends
+            return lock.holder() is None or time.monotonic() - started > START_TIMEOUT
         return lock.holder() is None
 
     for event in follow(paths.current_events, stop=gone):
@@ -139,6 +173,10 @@ def _view(fs: RootFS, ticket: str | None) -> int:
         printer(event)
         if isinstance(event, Finished):
             return event.code
+    full = _full_disk(paths)
+    if full is not None:  # the engine could not write what it would have said
+        sys.stderr.write(f"mlsetup: {_no_space_text(str(full))}\n")
+        return 1
     if not seen_start:
         log = paths.log_dir / "engine.log"
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []

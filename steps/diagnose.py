@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -56,3 +57,11 @@ def diagnose(lines: list[str], exit_code: int | None, log: str) -> Diagnosis | N
         sig = next(s for s in _signatures() if s.id == "out-of-memory")
         return Diagnosis(sig.id, sig.why, sig.next.replace("{log}", log))
     return None
+
+
+def no_space(path: str) -> Diagnosis:
+    """The "no-space" diagnosis for a write of mlsetup's own (state, logs, report) that found
+    the disk holding `path` full, with where to look first."""
+    sig = next(s for s in _signatures() if s.id == "no-space")
+    where = path if os.path.isdir(path) else os.path.dirname(path) or path
+    return Diagnosis(sig.id, sig.why, f"df -h {where}; {sig.next}")

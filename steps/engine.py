@@ -9,6 +9,8 @@ action; a reboot the driver needs is a pause, checked when the run resumes.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -23,7 +25,7 @@ import psutil
 from steps.answers import Answers
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.choices import BuildTarget, Choices, choose
-from steps.diagnose import Diagnosis, diagnose
+from steps.diagnose import Diagnosis, diagnose, no_space
 from steps.errors import AlreadyRunningError, NeedsRootError
 from steps.events import (
     ActionFinished,
@@ -43,7 +45,7 @@ from steps.events import (
 )
 from steps.extensions import target_key
 from steps.facts import Facts, load_facts
-from steps.governor import GiB, Governor
+from steps.governor import GiB, Governor, end_orphaned_build, end_process_tree
 from steps.paths import Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
@@ -53,22 +55,25 @@ from steps.runner import Result, Runner, RunnerError, carried_environment, looku
 from steps.service import RESUME_UNIT, resume_unit, systemd_booted
 from steps.state import (
     ActionRecord,
-    CorruptState,
     RebootRecord,
     State,
     load_state,
     new_run_id,
+    remove_temporaries,
     save_state,
     write_atomic,
 )
+from steps.venv import index_url, split_credentials
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, build_dir, publish
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 OOM_RETRIES = 2
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 REPORT_SCHEMA = "mlsetup.report/1"
 DPKG_LOCK_TIMEOUT = 600.0
+INTERRUPTED_WAIT = 600.0
 
 
 @dataclass
@@ -80,6 +85,9 @@ class ApplyRequest:
     ticket: str | None = None  # lets the viewer that started the engine find this run
     facts_file: Path | None = None  # a recorded machine (dry runs only)
     dpkg_lock_timeout: float = DPKG_LOCK_TIMEOUT
+    lock_fd: int | None = None  # the apply lock its starter took for it (steps.service)
+    # How long a command of an interrupted run (other than a build) is waited for.
+    interrupted_wait: float = INTERRUPTED_WAIT
 
 
 class _Stop(Exception):
@@ -121,17 +129,34 @@ class ApplyLock:
         finally:
             os.close(fd)
 
+    @property
+    def fd(self) -> int | None:
+        return self._fd
+
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise AlreadyRunningError(already_running_message(self.holder())) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
         self._fd = fd
+        self._mark()
+
+    def adopt(self, fd: int) -> None:
+        """Hold the lock the starter took and handed over (steps.service.take_lock): the same
+        open file, so it is held already and the flock only confirms it."""
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._fd = fd
+        self._mark()
+
+    def _mark(self) -> None:
+        """Write the holder's pid into the lock file, for the "already running" message."""
+        assert self._fd is not None
+        with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -160,12 +185,25 @@ class Engine:
         self.outcome = _Outcome()
         self.state: State | None = None
         self.plan: Plan | None = None
+        self._step = "start"  # the step under way, for a failure outside any action
+        self._event_log: EventLog | None = None
+        self._events: Path | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
         for sink in self._sinks:
-            sink(event)
+            try:
+                sink(event)
+            except OSError as exc:  # the event stream's disk is full: say which file
+                if sink is not self._event_log or exc.filename is not None:
+                    raise
+                raise _naming(exc, self._events) from exc
+
+    @property
+    def _stopped_jobs(self) -> Path:
+        """Where the governor keeps the compile jobs it has stopped (steps.governor)."""
+        return self.paths.state_dir / "governed-build.json"
 
     def _save(self) -> None:
         if self.state is not None and not self.req.dry_run:
@@ -199,7 +237,10 @@ class Engine:
                     "applying changes the system: run it as root, e.g. "
                     f"sudo mlsetup apply --answers {self.req.answers_path or 'FILE'}"
                 )
-            lock.acquire()
+            if self.req.lock_fd is not None:
+                lock.adopt(self.req.lock_fd)
+            else:
+                lock.acquire()
         try:
             self._start()
             self._run_steps()
@@ -211,17 +252,22 @@ class Engine:
             )
         except _Stop as stop:
             return stop.code
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            return self._no_space(exc)
         finally:
             lock.release()
 
     def _start(self) -> None:
         resumed = False
-        notice = None
+        continued: list[int] = []
+        ended: list[int] = []
         if not self.req.dry_run:
-            try:
-                old = load_state(self.paths.state)
-            except CorruptState as exc:
-                old, notice = None, str(exc)
+            # This engine holds the lock: temporary files here are those of dead engines.
+            remove_temporaries(self.paths.state_dir)
+            continued, ended = end_orphaned_build(self._stopped_jobs)
+            old = load_state(self.paths.state)  # an unusable one: set aside, exit 2
             if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
                 self.state, resumed = old, True
             else:
@@ -246,8 +292,15 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
-        if notice:
-            self.emit(Notice(text=notice))
+        if not self.req.dry_run and (continued or ended):
+            self.emit(
+                Notice(
+                    text="the interrupted run's governed build was left behind: continued "
+                    f"{len(continued)} compile job(s) its governor had stopped and ended "
+                    f"{len(ended)} process(es) of it; the build starts again, keeping the "
+                    "objects already compiled"
+                )
+            )
         if self.state is not None:
             if self.state.phase == "reboot":
                 self._after_reboot()
@@ -258,8 +311,9 @@ class Engine:
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.paths.log_dir.chmod(0o700)
-        log = EventLog(run_dir / "events.jsonl")
-        self._sinks.append(log)
+        self._events = run_dir / "events.jsonl"
+        self._event_log = EventLog(self._events)
+        self._sinks.append(self._event_log)
         current = self.paths.current_run
         tmp = self.paths.log_dir / ".current.tmp"
         tmp.unlink(missing_ok=True)
@@ -268,6 +322,7 @@ class Engine:
 
     def _run_steps(self) -> None:
         for name in STEP_ORDER:
+            self._step = name
             facts, plan = self._plan()
             self.choices = choose(facts, self.req.answers)  # this step's decisions, made once
             step = plan.step(name)
@@ -347,7 +402,16 @@ class Engine:
             if action.id.endswith(".build"):
                 result = self._compile(action, log, started)
             else:
-                result = self.runner.run(action, log, on_start=started)
+                result = self.runner.run(
+                    action, log, on_start=started, extra_env=self._secrets(action)
+                )
+        except OSError as exc:
+            if exc.errno in NO_SPACE:  # its log could not be written: the disk is full
+                if exc.filename is not None:
+                    raise
+                raise _naming(exc, log) from exc
+            record.status, record.ended = "failed", time.time()
+            self._fail(step, action, None, log, what=f"{action.id}: {exc}", diagnosis=None)
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
             self._fail(step, action, None, log, what=str(exc), diagnosis=None)
@@ -421,6 +485,7 @@ class Engine:
                 # compiles, and root must not read what that account may have swapped in
                 lessons_file=tree.with_name(f"{tree.name}.governor.json"),
                 action=action.id,
+                stopped_file=self._stopped_jobs,
             )
             if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
                 governor.share_with(owner.uid, owner.gid)
@@ -479,22 +544,61 @@ class Engine:
                 )
             )
 
+    def _secrets(self, action: Action) -> dict[str, str]:
+        """What an action needs that the plan must not show: the torch index's credentials
+        (steps.venv.split_credentials), given to uv in its environment, never in its argv."""
+        if action.id != "venv.torch":
+            return {}
+        return split_credentials(index_url(self.req.answers, self.choices.torch_build))[1]
+
     def _wait_for_interrupted(self, action: Action) -> None:
-        """A previous engine died while this action ran: let its process finish first."""
+        """A previous engine died while this action ran and its process is still there. A
+        build is ended (its output went to the dead engine; the objects compiled stay); any
+        other command (apt, dpkg, uv) is waited for, for at most `interrupted_wait` seconds,
+        then the run stops and says what to do: ending dpkg midway could break the system."""
         assert self.state is not None
         record = self.state.actions.get(action.id)
         if record is None or record.status != "running" or not record.pid:
             return
-        if not _alive(record.pid, action.argv[0]):
+        pid = record.pid
+        if not _alive(pid, action.argv[0]):
             return
+        if action.id.endswith(".build"):
+            self.emit(
+                Waiting(
+                    reason=f"{action.id} from the interrupted run is still running (pid {pid})"
+                    " and nothing reads its output any more: ending it (SIGTERM, SIGKILL after "
+                    "5s), then building again with the objects it already compiled"
+                )
+            )
+            with contextlib.suppress(psutil.Error):
+                end_process_tree(psutil.Process(pid))
+            return
+        limit = self.req.interrupted_wait
         self.emit(
             Waiting(
-                reason=f"{action.id} from the interrupted run is still running "
-                f"(pid {record.pid}); waiting for it to end before running "
-                "it again"
+                reason=f"{action.id} from the interrupted run is still running (pid {pid}); "
+                f"waiting up to {limit:.0f}s for it to end before running it again"
             )
         )
-        while _alive(record.pid, action.argv[0]):
+        deadline = time.monotonic() + limit
+        while _alive(pid, action.argv[0]):
+            if time.monotonic() > deadline:
+                self._fail(
+                    record.step,
+                    action,
+                    None,
+                    Path(record.log),
+                    what=f"{action.id} of the interrupted run (pid {pid}) was still running "
+                    f"after {limit:.0f}s",
+                    diagnosis=Diagnosis(
+                        "interrupted-still-running",
+                        "The run was interrupted while this command ran, and the command went "
+                        "on without it; running it again beside it could break what it does.",
+                        f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
+                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}",
+                    ),
+                )
             time.sleep(0.5)
 
     def _dpkg_ready(self, step: str, action: Action, log: Path) -> None:
@@ -738,6 +842,33 @@ class Engine:
             self.state.phase = "failed"
         raise _Stop(self._finish(EXIT_FAILED, "failed", what))
 
+    def _no_space(self, exc: OSError) -> int:
+        """A state, log or report write found its disk full. The state file is still the last
+        complete one (every write is atomic), so the resume goes on from there; this says so
+        through whatever can still be written (the console of a foreground engine)."""
+        where = str(exc.filename or self.paths.state)
+        diagnosis = no_space(where)
+        what = f"no space left on the device to write {where}"
+        why, nxt = diagnosis.why, diagnosis.next
+        self.outcome.failure = {
+            "step": self._step, "action": None, "exit_code": None, "log": None, "what": what,
+            "why": why, "next": nxt, "diagnosis": diagnosis.id, "last_output": [],
+        }
+        for event in (
+            Failed(step=self._step, action=None, exit_code=None, log=None, what=what, why=why,
+                   next=nxt),
+            Finished(code=EXIT_FAILED, result="failed", summary=what),
+        ):
+            for sink in self._sinks:
+                with contextlib.suppress(OSError):
+                    sink(event)
+        if self.state is not None:
+            with contextlib.suppress(OSError):  # if there is room again, or only logs are full
+                self.state.phase = "failed"
+                self._save()
+                self._write_report(EXIT_FAILED, "failed")
+        return EXIT_FAILED
+
     def _finish(self, code: int, result: str, summary: str) -> int:
         if self.state is not None:
             if result == "done":
@@ -789,6 +920,11 @@ class Engine:
             "time": time.time(),
         }
         write_atomic(self.paths.report, json.dumps(report, indent=2) + "\n")
+
+
+def _naming(exc: OSError, path: Path | None) -> OSError:
+    """`exc` naming the file it happened to (a failed write() names none)."""
+    return OSError(exc.errno, exc.strerror, str(path) if path else None)
 
 
 def _driver_ok(facts: Facts, branch: int) -> bool:

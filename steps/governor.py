@@ -43,6 +43,8 @@ import os
 import re
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -53,6 +55,7 @@ from types import TracebackType
 import psutil
 
 from steps.events import BuildProgress, Event, EventSink, MemorySample, Throttle
+from steps.safefs import read_bounded
 from steps.state import write_atomic
 
 GiB = 2**30
@@ -314,6 +317,7 @@ class Governor:
         ramp_s: float = 40.0,
         lessons_file: Path | None = None,
         action: str = "build",
+        stopped_file: Path | None = None,
     ) -> None:
         """`ceiling`: jobs never exceeded (answers build.max_jobs; None = the logical CPUs).
         `budget_bytes`: the most the build's process tree may hold (RSS; answers
@@ -324,7 +328,11 @@ class Governor:
         jobs of this build show.
         `lessons_file`: where this build's lessons are kept (beside its build tree): read at the
         start in place of those guesses when an earlier run left some, rewritten each time a
-        job passes its peak, so that even a killed run leaves them."""
+        job passes its peak, so that even a killed run leaves them.
+        `stopped_file`: a root-only file where the governor keeps which job groups it has
+        stopped, with a watchdog process that continues them and ends the build should this
+        process die without `stop()`; `end_orphaned_build` does it again at the next start,
+        in case the watchdog died too."""
         self._sink = sink
         self.ceiling = max(1, ceiling or os.cpu_count() or 1)
         self.reserve = reserve_bytes
@@ -357,6 +365,12 @@ class Governor:
         self._emit_lock = threading.Lock()  # the sink: sampling thread vs feed_line's caller
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memory-governor", daemon=True)
+        self._stopped_file = stopped_file
+        self._recorded: dict[int, float] | None = None
+        self._recorded_root: int | None = None
+        self._started_at: dict[int, float] = {}  # pid -> its start time, against pid reuse
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._engine_started = psutil.Process().create_time()
 
     # -- the runner's interface -------------------------------------------------------------
 
@@ -375,11 +389,23 @@ class Governor:
     def start(self) -> None:
         """Issue the first tokens (before the build starts) and start sampling."""
         self._jobserver.set_jobs(self._token_jobs())
+        if self._stopped_file is not None:
+            self._record_stopped()
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-m", "steps.governor", str(self._stopped_file)],
+                stdin=subprocess.PIPE,  # its end-of-file is this process's end, kill -9 included
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a signal to this process group must not reach it
+                cwd="/",
+            )
         self._thread.start()
 
     def attach(self, pid: int) -> None:
         """Govern the process tree under `pid` (the build command: pip, setup.py or ninja)."""
         self._root = pid
+        with self._lock:
+            self._record_stopped()
 
     def feed_line(self, line: str) -> None:
         """Called with each output line of the build; ninja's "[k/n] ..." lines are progress."""
@@ -399,6 +425,12 @@ class Governor:
                 if job.stopped:
                     self._signal(job, signal.SIGCONT)
                     job.stopped = False
+        if self._stopped_file is not None:
+            self._stopped_file.unlink(missing_ok=True)  # before the watchdog's end-of-file
+        if self._watchdog is not None:
+            assert self._watchdog.stdin is not None
+            self._watchdog.stdin.close()
+            self._watchdog.wait()
         self._jobserver.close()
         return self.summary()
 
@@ -442,6 +474,7 @@ class Governor:
         self._peak_rss = max(self._peak_rss, reading.tree_rss)
         self._over = max(self._over, reading.tree_rss - self.budget)
         self._decide(now, reading)
+        self._record_stopped()
         running = sum(job.running for job in self._jobs.values())
         self._peak_jobs = max(self._peak_jobs, running)
         if now - self._last_event >= EVENT_INTERVAL_S:
@@ -500,6 +533,8 @@ class Governor:
             job = self._jobs.get(pid)
             if job is None:
                 job = self._jobs[pid] = Job(pid=pid, seen=now)
+                with contextlib.suppress(psutil.Error):
+                    self._started_at[pid] = psutil.Process(pid).create_time()
                 # Park every new job at once; `_decide` lets it go when its turn comes.
                 self._signal(job, signal.SIGSTOP)
                 job.stopped = True
@@ -695,7 +730,131 @@ class Governor:
             else:
                 os.kill(job.pid, sig)
 
+    def _record_stopped(self) -> None:
+        """Keep in the stopped file the groups stopped now, and the build's root process, when
+        that changed (called with the job lock held, or before the sampling starts)."""
+        if self._stopped_file is None:
+            return
+        stopped = {
+            job.pid: self._started_at.get(job.pid, 0.0)
+            for job in self._jobs.values()
+            if job.stopped
+        }
+        if stopped == self._recorded and self._root == self._recorded_root:
+            return
+        root_started = 0.0
+        if self._root is not None:
+            with contextlib.suppress(psutil.Error):
+                root_started = psutil.Process(self._root).create_time()
+        record = {
+            "engine": os.getpid(),
+            "engine_started": self._engine_started,
+            "root": self._root,
+            "root_started": root_started,
+            "stopped": {str(pid): t for pid, t in stopped.items()},
+        }
+        # Not fsynced: from the sampling thread; a record lost to a power cut has nothing to
+        # continue anyway (the jobs went with the machine).
+        with contextlib.suppress(OSError):
+            write_atomic(self._stopped_file, json.dumps(record) + "\n", durable=False)
+            self._recorded, self._recorded_root = stopped, self._root
+
     def _emit(self, event: Event) -> None:
         if self._sink is not None:
             with self._emit_lock:
                 self._sink(event)
+
+
+# -- after the engine that governed a build died ----------------------------------------------
+
+END_GRACE_S = 5.0  # SIGTERM, then this long to end, then SIGKILL
+
+
+def end_orphaned_build(stopped_file: Path) -> tuple[list[int], list[int]]:
+    """Continue every job group a dead engine's governor had stopped (SIGCONT), then end its
+    build: the build's output went to that engine, so nothing could use what it goes on to do,
+    and a new build in the same tree must not run beside it (the objects already compiled
+    stay). Returns (groups continued, processes ended); the record is removed."""
+    try:
+        record = json.loads(read_bounded(stopped_file, 1 << 20))
+        stopped = {int(pid): float(t) for pid, t in dict(record["stopped"]).items()}
+        root = int(record["root"]) if record.get("root") else None
+        root_started = float(record.get("root_started") or 0.0)
+        engine = int(record.get("engine") or 0)
+        engine_started = float(record.get("engine_started") or 0.0)
+    except FileNotFoundError:
+        return [], []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        stopped_file.unlink(missing_ok=True)  # damaged: nothing in it can be trusted
+        return [], []
+    if engine and engine != os.getpid() and _process(engine, engine_started) is not None:
+        return [], []  # that engine lives on: its governor is still at work
+    groups = [p for pid, t in stopped.items() if (p := _process(pid, t)) is not None]
+    for p in groups:
+        _signal_group(p.pid, signal.SIGCONT)
+    tree = _process(root, root_started) if root is not None else None
+    ended = end_process_tree(tree, groups)
+    stopped_file.unlink(missing_ok=True)
+    return [p.pid for p in groups], ended
+
+
+def end_process_tree(
+    root: psutil.Process | None,
+    groups: list[psutil.Process] | None = None,
+    grace: float = END_GRACE_S,
+) -> list[int]:
+    """End `root`, everything under it and under each of `groups`: continued first (a stopped
+    process cannot act on SIGTERM), then SIGTERM (ninja removes the outputs of the jobs it
+    interrupts), then SIGKILL for what still runs after `grace` seconds. The pids ended."""
+    procs: dict[int, psutil.Process] = {}
+    for top in [root, *(groups or [])]:
+        if top is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            for p in [top, *top.children(recursive=True)]:
+                procs[p.pid] = p
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.resume()
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return sorted(procs)
+
+
+def _process(pid: int, started: float) -> psutil.Process | None:
+    """The live process `pid`, if it is still the one that started at `started` (0: any)."""
+    try:
+        p = psutil.Process(pid)
+        if started and abs(p.create_time() - started) > 0.01:
+            return None  # the pid was reused
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p
+    except psutil.Error:
+        return None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def _watch(stopped_file: Path) -> None:
+    """The watchdog: wait for the governing engine to end (end-of-file on stdin); if it ended
+    without stopping its governor (the record is still there), continue and end what it left."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    end_orphaned_build(stopped_file)
+
+
+if __name__ == "__main__":
+    _watch(Path(sys.argv[1]))

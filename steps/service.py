@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,8 @@ RESUME_UNIT = "mlsetup-resume.service"
 # An engine takes its handover within seconds of its start; one older than this belongs to an
 # engine that never started (it died first), and holds nothing anyone will read again.
 STALE_HANDOVER_S = 600
+# How long a starter that holds the apply lock waits for its engine to take it over.
+LOCK_HANDOVER_S = 60.0
 
 
 def systemd_booted(fs: RootFS) -> bool:
@@ -78,9 +81,26 @@ def _unit_word(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def start_detached(fs: RootFS, args: list[str]) -> str:
-    """Start `mlsetup apply ARGS --foreground` detached; returns the ticket its run will carry."""
+def start_detached(fs: RootFS, args: list[str], lock_fd: int | None = None) -> str:
+    """Start `mlsetup apply ARGS --foreground` detached; returns the ticket its run will carry.
+
+    `lock_fd`: the apply lock, already taken by the caller. It is handed to the engine (the
+    same open file, so the lock never lapses in between) before this returns; a unit started
+    by systemd inherits no descriptor, so it goes over a root-only socket (`take_lock`)."""
+    if lock_fd is None:
+        return _launch(fs, args, uuid.uuid4().hex)
     ticket = uuid.uuid4().hex
+    listener = _lock_listener(fs, ticket)
+    try:
+        _launch(fs, args, ticket)
+        _hand_lock(listener, lock_fd)
+    finally:
+        listener.close()
+        _lock_socket(fs, ticket).unlink(missing_ok=True)
+    return ticket
+
+
+def _launch(fs: RootFS, args: list[str], ticket: str) -> str:
     argv = [*engine_argv(args), "--ticket", ticket]
     paths = Paths(fs)
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -110,6 +130,56 @@ def start_detached(fs: RootFS, args: list[str]) -> str:
             close_fds=True,
         )
     return ticket
+
+
+def _lock_socket(fs: RootFS, ticket: str) -> Path:
+    # In root's own directory (0700): no other account can connect and take the lock.
+    return Paths(fs).state_dir / f"lock-{ticket[:16]}.sock"
+
+
+def _lock_listener(fs: RootFS, ticket: str) -> socket.socket:
+    path = _lock_socket(fs, ticket)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(1)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _hand_lock(listener: socket.socket, lock_fd: int) -> None:
+    """Give the lock to the first engine that asks (an engine that lost its start's handover
+    never asks), and wait until it says it holds it. Past LOCK_HANDOVER_S the caller lets go
+    of it: an engine that starts later takes the lock itself, or finds it taken and stops."""
+    listener.settimeout(LOCK_HANDOVER_S)
+    with contextlib.suppress(OSError):  # a timeout included: the viewer then explains
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(LOCK_HANDOVER_S)
+            socket.send_fds(conn, [b"lock"], [lock_fd])
+            conn.recv(16)  # its acknowledgement, or end-of-file if it died taking it
+
+
+def take_lock(fs: RootFS, ticket: str) -> int | None:
+    """In the detached engine: the apply lock its starter holds for it (a descriptor of the
+    same open file), None if the starter handed none (the engine then takes it itself)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.connect(str(_lock_socket(fs, ticket)))
+            _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+        except OSError:
+            return None
+        if not fds:
+            return None
+        os.set_inheritable(fds[0], False)  # no command the engine runs may hold the lock
+        with contextlib.suppress(OSError):
+            conn.sendall(b"ok")
+        return fds[0]
 
 
 def take_handover(fs: RootFS, ticket: str) -> bool:

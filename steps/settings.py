@@ -21,11 +21,12 @@ PREFIX = "MLSETUP_"
 EXTENSIONS_DIR = "MLSETUP_EXTENSIONS_DIR"
 NVML_SNAPSHOT = "MLSETUP_NVML_SNAPSHOT"
 DPKG_LOCK_TIMEOUT = "MLSETUP_DPKG_LOCK_TIMEOUT"
+INTERRUPTED_WAIT = "MLSETUP_INTERRUPTED_WAIT"
 ASCII = "MLSETUP_ASCII"
 # install.sh's (where it puts the venv and the command); accepted here, not used
 INSTALL_ONLY = ("MLSETUP_PREFIX", "MLSETUP_BINDIR")
-KNOWN = (EXTENSIONS_DIR, NVML_SNAPSHOT, DPKG_LOCK_TIMEOUT, ASCII, *INSTALL_ONLY)
-DEFAULT_DPKG_LOCK_TIMEOUT = 600.0
+KNOWN = (EXTENSIONS_DIR, NVML_SNAPSHOT, DPKG_LOCK_TIMEOUT, INTERRUPTED_WAIT, ASCII, *INSTALL_ONLY)
+DEFAULT_WAIT = 600.0  # seconds, for apt's lock and for an interrupted run's command
 _TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 
 
@@ -33,7 +34,8 @@ _TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 class Settings:
     extensions_dir: Path | None = None  # None: /etc/mlsetup/extensions.d
     nvml_snapshot: Path | None = None  # tests: a recorded NVML reading instead of the GPUs
-    dpkg_lock_timeout: float = DEFAULT_DPKG_LOCK_TIMEOUT  # seconds to wait for apt's lock
+    dpkg_lock_timeout: float = DEFAULT_WAIT  # seconds to wait for apt's lock
+    interrupted_wait: float = DEFAULT_WAIT  # seconds to wait for an interrupted run's command
     ascii: bool = False  # the wizard draws ASCII only
 
 
@@ -50,6 +52,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         extensions_dir=_directory(EXTENSIONS_DIR, given.get(EXTENSIONS_DIR)),
         nvml_snapshot=_regular_file(NVML_SNAPSHOT, given.get(NVML_SNAPSHOT)),
         dpkg_lock_timeout=_seconds(DPKG_LOCK_TIMEOUT, given.get(DPKG_LOCK_TIMEOUT)),
+        interrupted_wait=_seconds(INTERRUPTED_WAIT, given.get(INTERRUPTED_WAIT)),
         ascii=_flag(ASCII, given.get(ASCII)),
     )
 
@@ -98,7 +101,7 @@ def _regular_file(name: str, value: str | None) -> Path | None:
 
 def _seconds(name: str, value: str | None) -> float:
     if value is None:
-        return DEFAULT_DPKG_LOCK_TIMEOUT
+        return DEFAULT_WAIT
     allowed = "a number of seconds from 0 to 86400, such as 600"
     try:
         seconds = float(value) if len(value) <= 20 and value.isascii() else math.nan

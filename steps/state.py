@@ -7,6 +7,7 @@ the new one. A state file that cannot be read is set aside, never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -16,7 +17,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from steps.errors import InputError
+from steps.safefs import MiB, read_bounded
+
 STATE_SCHEMA = "mlsetup.state/1"
+# A real state is a few KiB (the plan and one record per action); past these it is not ours.
+STATE_LIMIT = MiB
+STATE_MAX_DEPTH = 32
+# new_run_id()'s shape; it names a directory under /var/log/mlsetup, so nothing else (no "/",
+# no "..") may come back from a file as a run id.
+RUN_ID_PATTERN = r"^\d{8}-\d{6}-\d+$"
 
 
 class ActionRecord(BaseModel):
@@ -44,7 +54,7 @@ class State(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     schema_: Literal["mlsetup.state/1"] = Field(alias="schema", default=STATE_SCHEMA)
-    run_id: str
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
     phase: Literal["running", "reboot", "failed", "done"]
     answers_toml: str
     answers_path: str | None
@@ -61,9 +71,18 @@ class State(BaseModel):
         return record is not None and record.status == "done"
 
 
-class CorruptState(Exception):
-    def __init__(self, kept_at: Path, why: str) -> None:
-        super().__init__(f"state file was unreadable ({why}); kept it at {kept_at}")
+class CorruptState(InputError):
+    """state.json is not a state this version wrote: it was moved aside (exit 2)."""
+
+    def __init__(self, path: Path, kept_at: Path | None, why: str) -> None:
+        where = (
+            f"moved it to {kept_at}; the next apply starts fresh: "
+            "sudo mlsetup apply --answers FILE"
+            if kept_at
+            else f"it could not be moved aside either: move it away yourself (sudo mv {path} "
+            f"{path}.bad), then: sudo mlsetup apply --answers FILE"
+        )
+        super().__init__(f"state file {path} is unusable ({why}); {where}")
         self.kept_at = kept_at
 
 
@@ -72,18 +91,65 @@ def new_run_id() -> str:
 
 
 def load_state(path: Path) -> State | None:
-    """The saved state, None if there is none; a corrupt file is moved aside (CorruptState)."""
+    """The saved state, None if there is none. Anything else at `path` (a link, a directory, a
+    FIFO, binary or huge or deeply nested data, another schema, a run id that is not a plain
+    name) is moved aside with a timestamp and reported (CorruptState); a reader without the
+    right to read it (not root) gets the PermissionError."""
     try:
-        text = path.read_text()
+        data = read_bounded(path, STATE_LIMIT)
     except FileNotFoundError:
         return None
+    except PermissionError:
+        raise
+    except OSError as exc:  # safefs.UnsafeFile included: not a regular file, too large
+        raise _set_aside(path, exc.strerror or str(exc)) from exc
     try:
-        return State.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as exc:
-        kept = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(path, kept)
-        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise CorruptState(kept, why) from exc
+        value = json.loads(data.decode("utf-8"))
+        _check_depth(value)
+        return State.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise _set_aside(path, f"{where}: {err['msg']}") from exc
+    except UnicodeDecodeError as exc:
+        raise _set_aside(path, f"binary data, not UTF-8 JSON (byte {exc.start})") from exc
+    except RecursionError as exc:
+        raise _set_aside(path, f"nested deeper than {STATE_MAX_DEPTH} levels") from exc
+    except ValueError as exc:  # json.JSONDecodeError and _check_depth
+        raise _set_aside(path, str(exc)) from exc
+
+
+def _check_depth(value: object) -> None:
+    """Refuse JSON nested deeper than a state ever is (the parser itself stops near 1000)."""
+    level = [value]
+    for _ in range(STATE_MAX_DEPTH):
+        level = [
+            child
+            for item in level
+            if isinstance(item, (dict, list))
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return
+    raise ValueError(f"nested deeper than {STATE_MAX_DEPTH} levels")
+
+
+def _set_aside(path: Path, why: str) -> CorruptState:
+    """Move whatever is at `path` (the name itself, never what a link points to) out of the
+    way, so that the next apply starts fresh and nothing of it is lost."""
+    kept: Path | None = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    assert kept is not None
+    for n in range(1, 100):  # two set aside within one second keep both
+        if not os.path.lexists(kept):
+            break
+        kept = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+    try:
+        os.rename(path, kept)
+    except FileNotFoundError:
+        pass  # another reader moved it meanwhile: the next apply starts fresh all the same
+    except OSError:
+        kept = None
+    return CorruptState(path, kept, why)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o600, durable: bool = True) -> None:
@@ -99,6 +165,11 @@ def write_atomic(path: Path, text: str, mode: int = 0o600, durable: bool = True)
             if durable:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write() names no file: a full disk must say which
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -109,6 +180,17 @@ def write_atomic(path: Path, text: str, mode: int = 0o600, durable: bool = True)
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def remove_temporaries(directory: Path) -> None:
+    """Remove what `write_atomic` left of state and report files in `directory` when its
+    writer was killed between the temporary file and the rename. Only the apply lock's holder
+    calls this: no live writer of those files exists then."""
+    for name in ("state.json", "report.json"):
+        for tmp in directory.glob(f".{name}.*"):
+            with contextlib.suppress(OSError):
+                if tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink()
 
 
 def save_state(path: Path, state: State) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import unquote, urlsplit, urlunsplit
+
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
@@ -28,6 +30,34 @@ def torch_ok(venv: VenvState | None, choices: Choices) -> bool:
         # Linux wheels from PyPI carry no local tag and are built with the default CUDA.
         not version.local and choices.torch_build != "cpu" and venv.torch_cuda == choices.cuda
     )
+
+
+# uv takes a named index's credentials from UV_INDEX_<NAME>_USERNAME/_PASSWORD (uv docs,
+# "Environment variables"; checked with uv 0.13.9), so they never need to be on a command line,
+# which every account can read in /proc/PID/cmdline.
+INDEX_NAME = "torch"
+INDEX_CREDENTIALS = ("UV_INDEX_TORCH_USERNAME", "UV_INDEX_TORCH_PASSWORD")
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """`url` without its user:password, and the environment that gives them to uv."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, {}
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    public = urlunsplit(parts._replace(netloc=netloc))
+    user, password = INDEX_CREDENTIALS
+    return public, {user: unquote(parts.username or ""), password: unquote(parts.password or "")}
+
+
+def index_url(answers: Answers, build: str) -> str:
+    """The torch index the answers name for this build, credentials included."""
+    if answers.torch.index_url == "auto":
+        return knowledge().torch.index_for(build)
+    return answers.torch.index_url.replace("{build}", build)
 
 
 def missing_packages(venv: VenvState | None, answers: Answers) -> list[str]:
@@ -60,11 +90,9 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             )
         )
     if todo_torch:
-        index = (
-            knowledge().torch.index_for(choices.torch_build)
-            if answers.torch.index_url == "auto"
-            else answers.torch.index_url.replace("{build}", choices.torch_build)
-        )
+        # Credentials in the URL go to uv through its environment, added when the action
+        # runs (steps.engine): the plan, its argv and everything shown of it carry none.
+        index, secret = split_credentials(index_url(answers, choices.torch_build))
         actions.append(
             Action(
                 id="venv.torch",
@@ -76,8 +104,11 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
                     "--python",
                     choices.venv_python,
                     choices.torch_requirement,
-                    "--index-url",
-                    index,
+                    *(
+                        ["--default-index", f"{INDEX_NAME}={index}"]
+                        if secret
+                        else ["--index-url", index]
+                    ),
                 ],
                 user=user,
             )

@@ -309,10 +309,11 @@ def test_corrupt_state_is_kept_aside_and_reported(server: FakeServer):
     state.parent.mkdir(parents=True)
     state.write_text('{"schema": "mlsetup.state/1", "run_id": ')  # a torn write
     run = server.mlsetup("apply", "--answers", str(server.answers))
-    assert run.returncode == 0, run.stdout
+    assert run.returncode == 2, run.stdout + run.stderr  # nothing ran: the operator is told
     kept = list(state.parent.glob("state.json.corrupt-*"))
     assert len(kept) == 1 and kept[0].read_text().endswith('"run_id": ')
-    assert f"kept it at {kept[0]}" in run.stdout
+    assert f"moved it to {kept[0]}" in run.stderr and "next apply starts fresh" in run.stderr
+    assert server.mlsetup("apply", "--answers", str(server.answers)).returncode == 0
 
 
 def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_run(
