@@ -7,7 +7,6 @@ gives them types. Nothing here decides anything.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -18,6 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
+from steps.settings import settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -231,7 +231,6 @@ class Knowledge:
     extensions: dict[str, ExtensionRecipe]
 
 
-EXTRA_RECIPES_ENV = "MLSETUP_EXTENSIONS_DIR"
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
 _root = Path("/")
 
@@ -248,9 +247,9 @@ def _recipes() -> dict[str, ExtensionRecipe]:
     """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form;
     a later file's recipe replaces an earlier one of the same name)."""
     recipes = read_recipe_file(ASSETS_DIR / "extensions.toml")
-    explicit = os.environ.get(EXTRA_RECIPES_ENV)
-    directory = Path(explicit) if explicit else _root / EXTRA_RECIPES_DIR.lstrip("/")
-    for path in recipe_files(directory, explicit=bool(explicit)):
+    explicit = settings().extensions_dir  # MLSETUP_EXTENSIONS_DIR, validated there
+    directory = explicit or _root / EXTRA_RECIPES_DIR.lstrip("/")
+    for path in recipe_files(directory, explicit=explicit is not None):
         recipes.update(read_recipe_file(path))
     return recipes
 
