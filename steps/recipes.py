@@ -286,6 +286,8 @@ def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
         raise InputError(f"{origin}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{origin}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nesting level: [[[[...
+        raise InputError(f"{origin}: not a recipe file: values nested too deeply") from None
     try:
         models = _FILE.validate_python(tables)
     except ValidationError as exc:

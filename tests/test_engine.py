@@ -28,6 +28,7 @@ from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
 from tests.common import MACHINES
 from tests.harness import DRIVER_STEP, SYSTEM_PATH, USER_UID, FakeServer, mode, wait_for
+from tests.wheels import STANDIN_TORCH
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):
@@ -64,7 +65,7 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
         check=True,
     )
     build = eval(out.stdout.splitlines()[0])
-    assert build["torch"] == "2.14.0+cu130"  # the build imported the venv's torch
+    assert build["torch"] == f"{STANDIN_TORCH}+cu130"  # the build imported the venv's torch
     assert build["CUDA_HOME"] == "/usr/local/cuda-13.0"
     path = build["PATH"].split(":")  # uv puts the venv's bin first; then the plan's PATH
     assert path.index("/usr/local/cuda-13.0/bin") < path.index("/usr/bin")
@@ -73,7 +74,7 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     # which the build's account can use
     assert build["MAX_JOBS"] == "governed" and "--jobserver-auth=fifo:" in build["MAKEFLAGS"]
     assert build["jobserver_usable"] is True
-    assert "tinyext built against torch 2.14.0+cu130" in second.stdout or any(
+    assert f"tinyext built against torch {STANDIN_TORCH}+cu130" in second.stdout or any(
         "tinyext built against torch" in line.read_text()
         for line in (server.root / "var/log/mlsetup").rglob("extensions.tinyext.smoke.log"))
     # the wheel is kept for the next venv or host
@@ -210,7 +211,8 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
 
     venv = probe_venv(RootFS(server.root), str(server.venv))
     assert venv is not None
-    assert venv.version_of("torch") == "2.14.0+cu130" and venv.version_of("tinyext") == "0.1.0"
+    assert venv.version_of("torch") == f"{STANDIN_TORCH}+cu130"
+    assert venv.version_of("tinyext") == "0.1.0"
     assert (server.venv / "bin/python").exists()
 
 
@@ -480,7 +482,8 @@ def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_fac
     server.machine.driver_loaded("580.105.08")
     server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
     assert server.mlsetup("apply", "--answers", str(server.answers)).returncode == 0
-    published = list(wheelhouse.glob("tinyext-0.1.0_torch-2.14.0+cu130_py*_archs-native/*.whl"))
+    key = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py*_archs-native"
+    published = list(wheelhouse.glob(f"{key}/*.whl"))
     assert len(published) == 1
     # a machine without that wheel in its own cache installs it from the wheelhouse
 

@@ -217,6 +217,7 @@ def test_recipe_files_that_are_not_text_or_not_regular_are_refused(tmp_path):
         "dir.toml": lambda p: p.mkdir(),
         "link.toml": lambda p: p.symlink_to(ASSETS_DIR / "extensions.toml"),
         "notoml.toml": lambda p: p.write_text("[flash-attn\n"),
+        "deep.toml": lambda p: p.write_bytes(b"a = " + b"[" * 100_000),
     }
     for name, make in cases.items():
         for old in recipes.iterdir():

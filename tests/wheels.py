@@ -8,8 +8,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 import zipfile
 from pathlib import Path
+
+from steps.knowledge import knowledge
+
+
+def _auto_torch() -> str:
+    """The torch release `torch.version = "auto"` plans for a venv of this Python (the harness's
+    answers use it): the stand-in carries that version, so resolution is what a server gets."""
+    python = "{}.{}".format(*sys.version_info[:2])
+    return next(f"{r.series}.0" for r in knowledge().torch.releases if python in r.pythons)
+
+
+STANDIN_TORCH = _auto_torch()  # e.g. "2.15.0"
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -39,7 +52,7 @@ def build_wheel(directory: Path, name: str, version: str, files: dict[str, str])
 
 
 def torch_index(
-    root: Path, version: str = "2.14.0", build: str = "cu130", cuda: str | None = "13.0"
+    root: Path, version: str = STANDIN_TORCH, build: str = "cu130", cuda: str | None = "13.0"
 ) -> Path:
     """A local package index (uv --index-url DIR) with a stand-in torch of that build."""
     wheel = build_wheel(
