@@ -85,8 +85,8 @@ def apply(args: argparse.Namespace) -> int:
         sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
         return 0
     request = _request(args, fs)
-    _check_input(fs, request)
     if request.dry_run:
+        _check_input(fs, request)
         return Engine(fs, request, ConsolePrinter()).run()
     if os.geteuid() != 0:
         raise NeedsRootError(
@@ -96,6 +96,7 @@ def apply(args: argparse.Namespace) -> int:
     holder = ApplyLock(Paths(fs).lock).holder()
     if holder is not None:
         raise AlreadyRunningError(already_running_message(holder))
+    _check_input(fs, request)
     if args.foreground:
         return Engine(fs, request, ConsolePrinter()).run()
 
