@@ -431,7 +431,13 @@ def env_cases(tmp: Path) -> list[Case]:
         ("MLSETUP_NVML_SNAPSHOT", str(tmp)),
         ("MLSETUP_EXTENSION_DIR", str(tmp)),  # misspelt
     ]
-    return [Case(f"env {k}={v[:20]}", "env", k, env={k: v}) for k, v in bad]
+    cases = [Case(f"env {k}={v[:20]}", "env", k, env={k: v}) for k, v in bad]
+    not_nvml = tmp / "not-nvml.json"
+    not_nvml.write_text('{"driver": 1}')
+    # what the snapshot holds is read only where the machine is probed
+    cases.append(Case("env MLSETUP_NVML_SNAPSHOT not a snapshot", "env", "MLSETUP_NVML_SNAPSHOT",
+                      env={"MLSETUP_NVML_SNAPSHOT": str(not_nvml)}, live_only=True))
+    return cases
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -566,9 +572,11 @@ class Bench:
                     ["apply", "--dry-run", "--answers", str(self.good_answers),
                      "--facts", str(path)]]
         # MLSETUP_* and recipes: read whatever the answers say
-        return [["plan", "--facts", str(H200), "--answers", str(self.good_answers)],
-                ["apply", "--dry-run", "--answers", str(self.good_answers),
+        runs = [["apply", "--dry-run", "--answers", str(self.good_answers),
                  "--root", str(self.root)]]
+        if not case.live_only:
+            runs.insert(0, ["plan", "--facts", str(H200), "--answers", str(self.good_answers)])
+        return runs
 
     def nothing_ran(self) -> bool:
         return not self.calls.exists() and not (self.root / "var/lib/mlsetup").exists()
