@@ -631,6 +631,11 @@ def _assert_clean(tally: Tally, bench: Bench) -> None:
     assert bench.nothing_ran(), "a stand-in command ran or state was written"
 
 
+def _show(capsys: pytest.CaptureFixture[str], figures: str) -> None:
+    with capsys.disabled():  # the figures belong in every run's output, not only a failure's
+        print("\n" + figures)
+
+
 @pytest.fixture
 def bench(tmp_path: Path) -> Bench:
     return Bench(tmp_path)
@@ -644,12 +649,12 @@ def test_good_inputs_pass_so_the_refusals_below_mean_something(bench: Bench):
     assert got.code == 0, got.stderr
 
 
-def test_fuzz_answers_facts_and_settings(bench: Bench):
+def test_fuzz_answers_facts_and_settings(bench: Bench, capsys):
     cases = answers_cases() + facts_cases() + env_cases(bench.tmp)
     assert len(cases) >= 150
     tally = Tally()
     _run_all(bench, cases, run_in_process, tally)
-    print("\n" + tally.report("fuzz (in process)"))
+    _show(capsys, tally.report("fuzz (in process)"))
     _assert_clean(tally, bench)
 
 
@@ -658,15 +663,15 @@ def test_fuzz_answers_facts_and_settings(bench: Bench):
     reason="recipe files are validated by the knowledge work (issue 9, item 5): until it is "
     "merged, a bad recipe is a TypeError or a hang. Remove this mark once it is.",
 )
-def test_fuzz_recipe_files(bench: Bench):
+def test_fuzz_recipe_files(bench: Bench, capsys):
     cases = recipe_cases()
     tally = Tally()
     _run_all(bench, cases, run_in_process, tally)
-    print("\n" + tally.report("fuzz recipes (in process)"))
+    _show(capsys, tally.report("fuzz recipes (in process)"))
     _assert_clean(tally, bench)
 
 
-def test_fuzz_sample_through_real_processes(bench: Bench):
+def test_fuzz_sample_through_real_processes(bench: Bench, capsys):
     """The same checks through `python -m app.cli` processes: the in-process path is the real
     one (a FIFO must not block a real open, a traceback must not reach a real stderr)."""
     everything = answers_cases() + facts_cases() + env_cases(bench.tmp)
@@ -677,5 +682,5 @@ def test_fuzz_sample_through_real_processes(bench: Bench):
     assert len(cases) >= len(wanted)
     tally = Tally()
     _run_all(bench, cases, run_subprocess, tally)
-    print("\n" + tally.report("fuzz (subprocess sample)"))
+    _show(capsys, tally.report("fuzz (subprocess sample)"))
     _assert_clean(tally, bench)
