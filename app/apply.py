@@ -91,14 +91,15 @@ def apply(args: argparse.Namespace) -> int:
     lock_fd = take_lock(fs, args.ticket) if args.ticket is not None else None
     request = _request(args, fs)
     request.lock_fd = lock_fd
-    _check_input(fs, request)
     if request.dry_run:
+        _check_input(fs, request)
         return Engine(fs, request, ConsolePrinter()).run()
     if os.geteuid() != 0:
         raise NeedsRootError(
             "apply changes the system: run it with sudo, e.g. "
             f"sudo mlsetup apply --answers {args.answers or 'FILE'}"
         )
+    _check_input(fs, request)
     if args.foreground:
         return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 

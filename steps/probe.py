@@ -19,6 +19,7 @@ import distro
 import psutil
 
 from steps.accounts import account_by_uid, lookup_account
+from steps.errors import InputError
 from steps.facts import (
     CpuInfo,
     DriverInfo,
@@ -86,12 +87,24 @@ def _nvml(fs: RootFS, env: Mapping[str, str], notes: list[str]) -> NvmlReading |
     snapshot = settings_from(env).nvml_snapshot
     try:
         if snapshot:
-            return load_snapshot(snapshot)
+            return _snapshot(snapshot)
         if fs.is_host:
             return read_nvml()
     except NvmlUnavailable as exc:
         notes.append(str(exc))
     return None
+
+
+def _snapshot(path: Path) -> NvmlReading:
+    """A recorded NVML reading (MLSETUP_NVML_SNAPSHOT): input, so a bad one is exit 2."""
+    try:
+        return load_snapshot(path)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InputError(
+            f"environment: {NVML_SNAPSHOT}={str(path)!r}: not an NVML snapshot "
+            f"({type(exc).__name__}: {str(exc)[:100]}); allowed: the JSON of "
+            "tests/fixtures/h200-nvml.json"
+        ) from None
 
 
 def _os(fs: RootFS) -> OsInfo:

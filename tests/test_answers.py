@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 
 import pytest
 
-from steps.answers import Answers, answers_from_toml, load_answers
+from steps.accounts import account_by_uid, lookup_account
+from steps.answers import Answers, answers_from_toml, load_answers, unsafe_directory
+from steps.choices import check_on_machine, choose
 from steps.errors import InputError
+from steps.facts import facts_from_json, load_facts
+from steps.rootfs import RootFS
+from steps.settings import settings_from
 from tests.common import MACHINES, REPO, run_cli
+from tests.fakemachine import FakeMachine
 
 EXAMPLE = REPO / "assets" / "answers.example.toml"
 H200 = MACHINES / "h200-ubuntu2404.json"
@@ -61,6 +69,26 @@ BAD = [
     ("[build]\nmax_jobs = 0", "build.max_jobs", "1 to 1024"),
     ('[build]\nmemory_reserve = "lots"', "build.memory_reserve", "8GiB"),
     ('[reboot]\npolicy = "now"', "reboot.policy", "'never'"),
+    # values that become argv elements or paths (issue 9)
+    ('[torch]\npackages = ["ok", "--index-url=http://x"]', "torch.packages[1]", "PEP 508"),
+    ('[torch]\npackages = ["foo=="]', "torch.packages[0]", "no option"),
+    ('[torch]\npackages = ["foo @ https://x/foo.whl"]', "torch.packages[0]", "no URL"),
+    ('[torch]\nversion = "===x"', "torch.version", 'not "==="'),
+    ('[torch]\nindex_url = "ftp://x/{build}"', "torch.index_url", "http(s)://"),
+    ('[[extensions]]\nname = "flash-attn"\nversion = "2.8.3/../../etc"',
+     "extensions[0].version", '"2.8.3"'),
+    ('[[extensions]]\nname = "flash-attn"\nversion = "v2.8.3"', "extensions[0].version", "PEP 440"),
+    ('[venv]\nuser = "-oX"', "venv.user", '"alice"'),
+    ('[venv]\npath = "/usr"', "venv.path", "system's own"),
+    ('[venv]\npath = "~/../../etc"', "venv.path", "normalized"),
+    ('[venv]\npath = "~"', "venv.path", "~/ml-env"),
+    ('[venv]\npython = "3.\uff11\uff12"', "venv.python", '"3.12"'),
+    ('[driver]\nbranch = "\uff15\uff18\uff10"', "driver.branch", '"580"'),
+    (f'[build]\nmemory_reserve = "{"9" * 5000}GiB"', "build.memory_reserve", "7 digits"),
+    ("[build]\nmax_jobs = nan", "build.max_jobs", "1 to 1024"),
+    ("[build]\nmax_jobs = true", "build.max_jobs", "1 to 1024"),
+    ('[build]\nwheelhouse = "/var/lib/mlsetup/w"', "build.wheelhouse", "system's own"),
+    ("version = true", "version", "1"),
 ]
 
 
@@ -133,3 +161,87 @@ def test_schema_is_generated_from_the_models():
     schema = json.loads(out.stdout)
     assert schema == Answers.model_json_schema()
     assert set(schema["properties"]) == set(Answers.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("path", "ok"),
+    [("/", False), ("/etc", False), ("/usr/lib/x", False), ("/usr/local", False),
+     ("/usr/local/cuda-12.8", False), ("/usr/local/bin/env", False), ("/boot/x", False),
+     ("/var/lib/mlsetup/x", False), ("/home", False), ("/root", False), ("/opt", False),
+     ("/usr/local/ml-env", True), ("/opt/ml", True), ("/home/alice/ml-env", True),
+     ("/root/ml-env", True), ("/srv/fleet/wheels", True), ("/var/lib/postgresql/env", True)],
+)
+def test_system_directories_are_never_a_venv(path, ok):
+    assert (unsafe_directory(path) is None) == ok
+
+
+def test_a_file_is_read_bounded_never_blocking(tmp_path):
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path, why in [(fifo, "FIFO"), (tmp_path, "directory"), ("/dev/zero", "character"),
+                      (tmp_path / "none.toml", "No such file")]:
+        with pytest.raises(InputError, match=why):
+            load_answers(path)
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"version = 1\n" + b"#" * (1 << 20))
+    link = tmp_path / "link.toml"
+    link.symlink_to(REPO / "assets" / "answers.example.toml")
+    with pytest.raises(InputError, match="larger than 1048576 bytes"):
+        load_answers(big)
+    with pytest.raises(InputError, match=r"symbolic link.*answers\.example\.toml"):
+        load_answers(link)
+    with pytest.raises(InputError, match="line 2: facts file is not UTF-8"):
+        bad = tmp_path / "facts.json"
+        bad.write_bytes(b"{\n\xff}")
+        load_facts(bad)
+
+
+def test_the_venv_account_is_looked_up_through_nss_on_the_machine(tmp_path):
+    me = pwd.getpwuid(os.getuid())
+    assert lookup_account(RootFS(), me.pw_name).home == me.pw_dir
+    assert account_by_uid(RootFS(), os.getuid()).name == me.pw_name
+    assert lookup_account(RootFS(), "no-such-account-mlsetup") is None
+    # under another root, that tree's accounts (this process's NSS speaks for the host)
+    machine = FakeMachine(tmp_path / "root")
+    assert lookup_account(RootFS(machine.root), "alice").home == "/home/alice"
+    assert lookup_account(RootFS(machine.root), me.pw_name) is None or me.pw_name == "root"
+
+    facts = load_facts(H200)
+    answers = answers_from_toml('[venv]\nuser = "no-such-account-mlsetup"', "a.toml")
+    with pytest.raises(InputError, match=r"venv.user = \"no-such-account-mlsetup\": no such"):
+        check_on_machine(choose(facts, answers), answers, RootFS())
+    check_on_machine(choose(facts, answers), answers, None)  # a recorded machine: trusted
+    ok = answers_from_toml(f'[venv]\nuser = "{me.pw_name}"', "a.toml")
+    check_on_machine(choose(facts, ok), ok, RootFS())
+
+
+def test_the_venv_directory_is_checked_once_home_is_known():
+    data = json.loads(H200.read_text())
+    data["user"]["home"] = "/usr/sbin"  # a system account's home
+    facts = facts_from_json(json.dumps(data), "f.json")
+    with pytest.raises(InputError, match=r"venv\.path.*/usr/sbin/ml-env.*system.s own"):
+        check_on_machine(choose(facts, Answers()), Answers(), None)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"MLSETUP_DPKG_LOCK_TIMEOUT": "nan"}, "MLSETUP_DPKG_LOCK_TIMEOUT=\"nan\": allowed: a number"),
+     ({"MLSETUP_DPKG_LOCK_TIMEOUT": "1e999"}, "0 to 86400"),
+     ({"MLSETUP_ASCII": "maybe"}, "MLSETUP_ASCII=\"maybe\": allowed: one of 1, yes"),
+     ({"MLSETUP_EXTENSIONS_DIR": "/nonexistent"}, "MLSETUP_EXTENSIONS_DIR=\"/nonexistent\""),
+     ({"MLSETUP_NVML_SNAPSHOT": "/dev/zero"}, "a regular file"),
+     ({"MLSETUP_EXTENSION_DIR": "/tmp"}, "MLSETUP_EXTENSION_DIR: unknown setting")],
+)
+def test_bad_settings_name_the_variable(env, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        settings_from(env)
+
+
+def test_settings_parse():
+    s = settings_from({"MLSETUP_DPKG_LOCK_TIMEOUT": "20", "MLSETUP_ASCII": "1",
+                       "MLSETUP_EXTENSIONS_DIR": str(REPO), "MLSETUP_PREFIX": "/opt/mlsetup",
+                       "MLSETUP_NVML_SNAPSHOT": ""})
+    assert (s.dpkg_lock_timeout, s.ascii, s.extensions_dir, s.nvml_snapshot) == (
+        20.0, True, REPO, None)
+    out = run_cli("plan", "--facts", str(H200), env={"MLSETUP_DPKG_LOCK_TIMEOUT": "soon"})
+    assert out.returncode == 2 and "MLSETUP_DPKG_LOCK_TIMEOUT" in out.stderr

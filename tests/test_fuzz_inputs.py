@@ -20,6 +20,7 @@ import copy
 import io
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -38,7 +39,10 @@ from tests.fakemachine import FakeMachine
 from tests.harness import STANDINS, SYSTEM_PATH
 
 H200 = MACHINES / "h200-ubuntu2404.json"
-TIMEOUT_S = 10  # per case; a well-behaved refusal takes milliseconds
+TIMEOUT_S = 5  # per case; a well-behaved refusal takes milliseconds
+# Address space a case may add: an unbounded read (of /dev/zero, say) must end in a
+# MemoryError, which counts as a traceback, not in the OOM killer.
+HEADROOM_BYTES = 2 << 30
 GOOD_ANSWERS = """version = 1
 [torch]
 packages = ["transformers"]
@@ -60,6 +64,7 @@ class Case:
     special: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     live_only: bool = False  # only the machine can refuse it (venv.user that does not exist)
+    also: str = ""  # a second thing the message must name (a recipe's key beside its file)
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -353,6 +358,59 @@ def facts_cases() -> list[Case]:
     return cases
 
 
+# -- extension recipes (MLSETUP_EXTENSIONS_DIR/*.toml) -------------------------------------------
+
+GOOD_RECIPE = """[myext]
+package = "myext"
+import_name = "myext"
+arch_variable = "TORCH_CUDA_ARCH_LIST"
+arch_map = { "9.0" = "9.0" }
+threads_variable = "NVCC_THREADS"
+threads = 1
+force_build_variable = "MYEXT_FORCE_BUILD"
+peak_job_gib = 1.0
+build_requires = ["setuptools"]
+prebuilt_cuda_majors = []
+requirement = "{package}=={version}"
+smoke_test = "import myext"
+"""
+
+RECIPE_BAD = [  # (key, TOML value)
+    ("package", "7"), ("package", '"--no-deps"'), ("package", '"../x"'),
+    ("import_name", "[]"), ("arch_variable", "1"), ("arch_map", '"9.0"'),
+    ("arch_map", '{ "９.０" = "90" }'), ("threads_variable", "true"), ("threads", '"4"'),
+    ("threads", "-1"), ("threads", "9" * 40), ("force_build_variable", "{}"),
+    ("peak_job_gib", '"lots"'), ("peak_job_gib", "nan"), ("peak_job_gib", "-1.0"),
+    ("peak_job_gib", "inf"), ("build_requires", '"setuptools"'), ("build_requires", '["-e ."]'),
+    ("prebuilt_cuda_majors", "13"), ("requirement", "1"), ("smoke_test", "[1]"),
+]
+
+
+def recipe_cases() -> list[Case]:
+    def with_value(key: str, value: str) -> bytes:
+        lines = [f"{key} = {value}" if line.startswith(f"{key} =") else line
+                 for line in GOOD_RECIPE.splitlines()]
+        return ("\n".join(lines) + "\n").encode()
+
+    cases = [Case(f"recipe {k}={v[:20]}", "recipe", "@FILE", with_value(k, v), also=k)
+             for k, v in RECIPE_BAD]
+    cases += [
+        Case("recipe unknown key", "recipe", "@FILE", (GOOD_RECIPE + "bogus = 1\n").encode(),
+             also="bogus"),
+        Case("recipe missing package", "recipe", "@FILE",
+             GOOD_RECIPE.replace('package = "myext"\n', "").encode(), also="package"),
+        Case("recipe name traversal", "recipe", "@FILE",
+             GOOD_RECIPE.replace("[myext]", '["../../etc"]').encode(), also="../../etc"),
+        Case("recipe not a table", "recipe", "@FILE", b"myext = 1\n", also="myext"),
+        Case("recipe syntax", "recipe", "@FILE", b"[myext]\npackage = \n", also="line 2"),
+        Case("recipe binary", "recipe", "@FILE", b"\x00\xff\xfe" * 50),
+        Case("recipe latin-1", "recipe", "@FILE", "[myext]\n# caf\xe9\n".encode("latin-1")),
+    ]
+    cases += [Case(f"recipe {s}", "recipe", "@FILE", special=s) for s in SPECIAL
+              if s != "missing"]
+    return cases
+
+
 # -- MLSETUP_* ----------------------------------------------------------------------------------
 
 def env_cases(tmp: Path) -> list[Case]:
@@ -373,7 +431,13 @@ def env_cases(tmp: Path) -> list[Case]:
         ("MLSETUP_NVML_SNAPSHOT", str(tmp)),
         ("MLSETUP_EXTENSION_DIR", str(tmp)),  # misspelt
     ]
-    return [Case(f"env {k}={v[:20]}", "env", k, env={k: v}) for k, v in bad]
+    cases = [Case(f"env {k}={v[:20]}", "env", k, env={k: v}) for k, v in bad]
+    not_nvml = tmp / "not-nvml.json"
+    not_nvml.write_text('{"driver": 1}')
+    # what the snapshot holds is read only where the machine is probed
+    cases.append(Case("env MLSETUP_NVML_SNAPSHOT not a snapshot", "env", "MLSETUP_NVML_SNAPSHOT",
+                      env={"MLSETUP_NVML_SNAPSHOT": str(not_nvml)}, live_only=True))
+    return cases
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -399,6 +463,9 @@ def run_in_process(argv: list[str], env: dict[str, str]) -> Outcome:
         raise _Hang
 
     previous = signal.signal(signal.SIGALRM, alarm)
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    in_use = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (in_use + HEADROOM_BYTES, limits[1]))
     os.environ.clear()
     os.environ.update(env)
     knowledge.cache_clear()  # recipes come from the environment
@@ -418,6 +485,7 @@ def run_in_process(argv: list[str], env: dict[str, str]) -> Outcome:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, limits)
         os.environ.clear()
         os.environ.update(saved)
         knowledge.cache_clear()
@@ -456,6 +524,8 @@ class Bench:
         }
         self.good_answers = tmp / "good.toml"
         self.good_answers.write_text(GOOD_ANSWERS)
+        self.good_recipe = tmp / "good-recipe.toml"
+        self.good_recipe.write_text(GOOD_RECIPE)
         self.files = tmp / "cases"
         self.files.mkdir()
         self._n = 0
@@ -463,14 +533,21 @@ class Bench:
     def materialize(self, case: Case) -> Path:
         self._n += 1
         path = self.files / f"{self._n}-{case.kind}"
+        if case.kind == "recipe":  # a directory of recipes, this one among them
+            path.mkdir()
+            case.env = {"MLSETUP_EXTENSIONS_DIR": str(path)}
+            path = path / "myext.toml"
         if case.special == "fifo":
             os.mkfifo(path)
         elif case.special == "directory":
             path.mkdir()
+        elif case.special == "dev-zero" and case.kind == "recipe":
+            path.symlink_to("/dev/zero")
         elif case.special == "dev-zero":
             path = Path("/dev/zero")
         elif case.special == "symlink":  # to a good file: root follows no symlink it is given
-            path.symlink_to(H200 if case.kind == "facts" else self.good_answers)
+            good = {"facts": H200, "answers": self.good_answers, "recipe": self.good_recipe}
+            path.symlink_to(good[case.kind])
         elif case.special == "over-1MiB":  # valid but for its size: a comment in each
             head = b"version = 1\n" if case.kind == "answers" else b""
             path.write_bytes(head + (b"#" if case.kind == "answers" else b" ") * (1 << 20 | 1))
@@ -494,9 +571,12 @@ class Bench:
             return [["plan", "--facts", str(path)],
                     ["apply", "--dry-run", "--answers", str(self.good_answers),
                      "--facts", str(path)]]
-        return [["plan", "--facts", str(H200), "--answers", str(self.good_answers)],
-                ["apply", "--dry-run", "--answers", str(self.good_answers),
+        # MLSETUP_* and recipes: read whatever the answers say
+        runs = [["apply", "--dry-run", "--answers", str(self.good_answers),
                  "--root", str(self.root)]]
+        if not case.live_only:
+            runs.insert(0, ["plan", "--facts", str(H200), "--answers", str(self.good_answers)])
+        return runs
 
     def nothing_ran(self) -> bool:
         return not self.calls.exists() and not (self.root / "var/lib/mlsetup").exists()
@@ -521,10 +601,12 @@ class Tally:
             self.tracebacks.append(f"{label}\n{got.stderr[-2000:]}")
             return
         expect = str(path) if case.expect == "@FILE" else case.expect
-        if got.code == 2 and expect in got.stderr and not got.stdout.strip():
+        named = expect in got.stderr and case.also in got.stderr
+        if got.code == 2 and named and not got.stdout.strip():
             self.named += 1
         else:
-            self.failures.append(f"{label}: exit {got.code}, wanted 2 naming {expect!r}:\n"
+            self.failures.append(f"{label}: exit {got.code}, wanted 2 naming {expect!r} "
+                                 f"{case.also!r}:\n"
                                  f"{got.stderr[-600:]}{got.stdout[-300:]}")
 
     def report(self, what: str) -> str:
@@ -537,6 +619,8 @@ def _run_all(bench: Bench, cases: list[Case], runner, tally: Tally) -> None:
     for case in cases:
         tally.inputs += 1
         path = bench.materialize(case) if case.kind != "env" else None
+        if case.kind == "recipe":
+            path = path.parent if case.special == "dev-zero" else path
         for argv in bench.commands(case, path):
             tally.check(case, argv, path, runner(argv, {**bench.env, **case.env}))
 
@@ -545,6 +629,11 @@ def _assert_clean(tally: Tally, bench: Bench) -> None:
     problems = tally.tracebacks + [f"HANG {h}" for h in tally.hangs] + tally.failures
     assert not problems, f"{len(problems)} problem(s):\n\n" + "\n\n".join(problems[:15])
     assert bench.nothing_ran(), "a stand-in command ran or state was written"
+
+
+def _show(capsys: pytest.CaptureFixture[str], figures: str) -> None:
+    with capsys.disabled():  # the figures belong in every run's output, not only a failure's
+        print("\n" + figures)
 
 
 @pytest.fixture
@@ -560,26 +649,38 @@ def test_good_inputs_pass_so_the_refusals_below_mean_something(bench: Bench):
     assert got.code == 0, got.stderr
 
 
-def test_fuzz_answers_facts_and_settings(bench: Bench):
+def test_fuzz_answers_facts_and_settings(bench: Bench, capsys):
     cases = answers_cases() + facts_cases() + env_cases(bench.tmp)
     assert len(cases) >= 150
     tally = Tally()
     _run_all(bench, cases, run_in_process, tally)
-    print("\n" + tally.report("fuzz (in process)"))
+    _show(capsys, tally.report("fuzz (in process)"))
     _assert_clean(tally, bench)
 
 
-def test_fuzz_sample_through_real_processes(bench: Bench):
+@pytest.mark.xfail(
+    strict=True,
+    reason="recipe files are validated by the knowledge work (issue 9, item 5): until it is "
+    "merged, a bad recipe is a TypeError or a hang. Remove this mark once it is.",
+)
+def test_fuzz_recipe_files(bench: Bench, capsys):
+    cases = recipe_cases()
+    tally = Tally()
+    _run_all(bench, cases, run_in_process, tally)
+    _show(capsys, tally.report("fuzz recipes (in process)"))
+    _assert_clean(tally, bench)
+
+
+def test_fuzz_sample_through_real_processes(bench: Bench, capsys):
     """The same checks through `python -m app.cli` processes: the in-process path is the real
     one (a FIFO must not block a real open, a traceback must not reach a real stderr)."""
     everything = answers_cases() + facts_cases() + env_cases(bench.tmp)
-    wanted = ("fifo", "dev-zero", "over-1MiB", "symlink", "syntax 8", "syntax 9", "binary",
-              "extensions[0].version traversal", "torch.packages[0] option",
-              "venv.path system: \"/etc\"", "venv.user missing", "gpus[0].compute_capability",
-              "MLSETUP_DPKG_LOCK_TIMEOUT=nan")
-    cases = [c for c in everything if any(w in c.name for w in wanted)][:24]
-    assert len(cases) >= 12
+    wanted = ("answers fifo", "facts dev-zero", "answers over-1MiB", "answers syntax 9",
+              "extensions[0].version traversal", "answers venv.user missing",
+              "env MLSETUP_DPKG_LOCK_TIMEOUT=nan")
+    cases = [c for c in everything if any(w in c.name for w in wanted)]
+    assert len(cases) >= len(wanted)
     tally = Tally()
     _run_all(bench, cases, run_subprocess, tally)
-    print("\n" + tally.report("fuzz (subprocess sample)"))
+    _show(capsys, tally.report("fuzz (subprocess sample)"))
     _assert_clean(tally, bench)
