@@ -148,6 +148,8 @@ def test_interrupted_command_is_waited_for_within_a_bound_then_explained(server:
     server.script({"apt-get cuda-toolkit-13-0": {"sleep": 30}})
     viewer = server.popen("apply", "--answers", str(server.answers))
     wait_for(lambda: server.started("toolkit.install-13.0"), timeout=120)
+    # killed once the state names its process (the engine saves it right after the start)
+    wait_for(lambda: server.state_file()["actions"].get("toolkit.install-13.0", {}).get("pid"))
     os.kill(_engine_pid(server), signal.SIGKILL)
     viewer.wait(timeout=30)
     wait_for(server.apply_lock_free)
