@@ -168,7 +168,8 @@ def test_temporary_state_files_of_dead_engines_are_removed(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     state_dir = server.root / "var/lib/mlsetup"
     state_dir.mkdir(parents=True)
-    left = [state_dir / ".state.json.k1l2ed", state_dir / ".report.json.abc123"]
+    left = [state_dir / ".state.json.k1l2ed", state_dir / ".report.json.abc123",
+            state_dir / ".governed-build.json.x9y8z7"]
     for tmp in left:
         tmp.write_text("{")
     run = server.mlsetup("apply", "--answers", str(server.answers))
