@@ -183,10 +183,11 @@ def write_atomic(path: Path, text: str, mode: int = 0o600, durable: bool = True)
 
 
 def remove_temporaries(directory: Path) -> None:
-    """Remove what `write_atomic` left of state and report files in `directory` when its
-    writer was killed between the temporary file and the rename. Only the apply lock's holder
-    calls this: no live writer of those files exists then."""
-    for name in ("state.json", "report.json"):
+    """Remove what `write_atomic` left in `directory` of the state, the report and the
+    governor's record of stopped jobs (steps.governor) when their writer was killed between
+    the temporary file and the rename. Only the apply lock's holder calls this: no live writer
+    of those files exists then."""
+    for name in ("state.json", "report.json", "governed-build.json"):
         for tmp in directory.glob(f".{name}.*"):
             with contextlib.suppress(OSError):
                 if tmp.is_file() and not tmp.is_symlink():
