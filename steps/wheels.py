@@ -148,9 +148,19 @@ def _has_wheel(base: Path, owners: set[int], key: str, package: str, version: st
     except OSError:  # none there, or one that other accounts could have filled
         return False
     try:
-        return any(_is_wheel_of(name, package, version) for name in os.listdir(key_fd))
+        return any(_is_wheel_of(name, package, version) and _is_regular(key_fd, name)
+                   for name in os.listdir(key_fd))
     finally:
         os.close(key_fd)
+
+
+def _is_regular(dir_fd: int, name: str) -> bool:
+    """A regular file, not a link to one (what the link names is not the wheel it claims)."""
+    try:
+        os.close(open_regular(name, dir_fd=dir_fd))
+    except OSError:
+        return False
+    return True
 
 
 def _is_wheel_of(name: str, package: str, version: str) -> bool:
