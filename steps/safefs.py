@@ -129,14 +129,14 @@ def trusted_dir(
     not created), it must belong to one of `owners` and be writable by no other account (no
     group or other write bit). With `dir_fd`, `path` is one component below it; else a path
     whose parents are created too."""
-    if mode is None:
-        pass
-    elif dir_fd is None:
+    if dir_fd is not None:
+        path = single_component(str(path))
+    if mode is not None and dir_fd is None:
         Path(path).mkdir(parents=True, exist_ok=True, mode=mode)
-    else:
+    elif mode is not None:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(single_component(str(path)), mode, dir_fd=dir_fd)
-    fd = open_dir(single_component(str(path)) if dir_fd is not None else path, dir_fd=dir_fd)
+            os.mkdir(path, mode, dir_fd=dir_fd)
+    fd = open_dir(path, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if st.st_uid not in owners:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 
 from steps.rootfs import RootFS
-from steps.safefs import KiB, open_dir, read_bounded, walk
+from steps.safefs import KiB, read_bounded, walk
 
 READ_LIMIT = 256 * KiB  # pyvenv.cfg and torch/version.py are well under 4 KiB
 
@@ -33,11 +33,12 @@ _TORCH_CUDA = re.compile(r"^cuda(?:: Optional\[str\])?\s*=\s*'([\d.]+)'", re.M)
 def probe_venv(fs: RootFS, path: str) -> VenvState | None:
     """The venv at `path` (a path on the target machine), or None if there is none.
 
-    The venv belongs to its owner, who may have left anything in it: it is walked through
-    descriptors (steps.safefs), no link followed, and each file read is bounded, so a FIFO,
-    /dev/zero or a huge file gives an unknown value, never a hang."""
+    The venv belongs to its owner, who may have left anything in it: below the path the
+    operator named (which may itself be a link, to a venv on a data disk, say) it is walked
+    through descriptors (steps.safefs), no link followed, and each file read is bounded, so a
+    FIFO, /dev/zero or a huge file gives an unknown value, never a hang."""
     try:
-        venv_fd = open_dir(fs.path(path))
+        venv_fd = os.open(fs.path(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
