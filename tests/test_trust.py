@@ -345,6 +345,7 @@ def test_jobserver_directories_of_dead_engines_are_removed_at_the_next_start(tmp
     runtime = tmp_path / "run"
     dead = subprocess.Popen([sys.executable, "-c", DEAD_GOVERNOR, str(runtime)],
                             stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert dead.stdout is not None
     dead_fifo = Path(dead.stdout.readline().strip().split("fifo:", 1)[1])
     assert dead_fifo.exists()
     dead.send_signal(signal.SIGKILL)
