@@ -76,6 +76,8 @@ def publish(fs: RootFS, tree: str, key: str, package: str, version: str, wheelho
     out: list[Path] = []
     refused: list[str] = []
     sources = _open_built(fs, tree, package, version, builder, refused)
+    if not sources:
+        return out, refused
     places = [(fs.path(WHEEL_CACHE), {os.geteuid()})]
     if wheelhouse:
         places.append((Path(wheelhouse), trusted))
