@@ -46,12 +46,13 @@ from steps.events import (
 from steps.extensions import target_key
 from steps.facts import Facts, load_facts
 from steps.governor import GiB, Governor, end_orphaned_build, end_process_tree
-from steps.paths import Paths
+from steps.paths import CACHE_DIR, RUNTIME_DIR, Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.runner import Result, Runner, RunnerError, carried_environment, lookup_account
+from steps.safefs import make_dir, trusted_dir
 from steps.service import RESUME_UNIT, resume_unit, systemd_booted
 from steps.state import (
     ActionRecord,
@@ -65,7 +66,7 @@ from steps.state import (
 )
 from steps.venv import index_url, split_credentials
 from steps.venvstate import probe_venv
-from steps.wheels import BUILD_ROOT, build_dir, publish
+from steps.wheels import BUILD_ROOT, publish, tree_name
 
 EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -449,21 +450,36 @@ class Engine:
         return next(t for t in self.choices.build_targets if t.answer.name == name)
 
     def _build_tree(self, target: BuildTarget) -> Path:
-        return self.fs.path(build_dir(target.answer.name, target.answer.version))
+        return self.fs.path(BUILD_ROOT) / tree_name(target.answer.name, target.answer.version)
 
     def _prepare_build_trees(self) -> None:
-        """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles."""
+        """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles.
+
+        Made through descriptors (steps.safefs): each tree is one name created in root's own
+        build directory and handed over by its descriptor, so no name, and nothing the
+        account planted, can make root create or chown a directory elsewhere."""
         choices = self.choices
         owner = lookup_account(self.fs, choices.owner.run_as) if choices.owner.run_as else None
-        root = self.fs.path(BUILD_ROOT)
-        root.mkdir(parents=True, exist_ok=True)
-        for directory in (root.parent, root):
-            directory.chmod(0o755)  # traversable: each tree below is private to its owner
-        for target in choices.build_targets:
-            tree = self._build_tree(target)
-            tree.mkdir(exist_ok=True, mode=0o700)
-            if owner:
-                os.chown(tree, owner.uid, owner.gid)
+        try:
+            os.close(self._traversable(CACHE_DIR))
+            build_fd = self._traversable(BUILD_ROOT)
+            try:
+                for target in choices.build_targets:
+                    name = tree_name(target.answer.name, target.answer.version)
+                    os.close(make_dir(build_fd, name, 0o700, uid=owner.uid if owner else -1,
+                                      gid=owner.gid if owner else -1))
+            finally:
+                os.close(build_fd)
+        except OSError as exc:
+            self._fail("extensions", None, None, None, diagnosis=None,
+                       what=f"refused to prepare the build tree: {exc}")
+
+    def _traversable(self, directory: str) -> int:
+        """One of root's own directories, made or checked as only root's and opened; anyone may
+        pass through it (each build tree below is private to its owner)."""
+        fd = trusted_dir(self.fs.path(directory), {os.geteuid()})
+        os.fchmod(fd, 0o755)
+        return fd
 
     def _compile(self, action: Action, log: Path, started: Callable[[int], None]) -> Result:
         """Run a build under the memory governor; if a job still dies of memory, retry with
@@ -484,6 +500,7 @@ class Engine:
                 # beside the tree, in root's directory: the tree belongs to the account that
                 # compiles, and root must not read what that account may have swapped in
                 lessons_file=tree.with_name(f"{tree.name}.governor.json"),
+                jobserver_dir=self.fs.path(RUNTIME_DIR),
                 action=action.id,
                 stopped_file=self._stopped_jobs,
             )
@@ -527,15 +544,17 @@ class Engine:
         key = target_key(target, probe_venv(self.fs, self.choices.venv_path))
         if key is None:
             return
-        built = self._build_tree(target) / "wheels"
-        copies = publish(
+        copies, refused = publish(
             self.fs,
-            built,
+            tree_name(target.answer.name, target.answer.version),
             key,
             target.recipe.package,
             target.answer.version,
             self.req.answers.build.wheelhouse,
+            self.choices.owner.run_as,
         )
+        for why in refused:
+            self.emit(Notice(text=why))
         if copies:
             self.emit(
                 Notice(

@@ -38,9 +38,11 @@ A build runs under it like this (`steps/engine.py` does it through the runner):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
+import secrets
 import signal
 import statistics
 import subprocess
@@ -48,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -55,7 +58,7 @@ from types import TracebackType
 import psutil
 
 from steps.events import BuildProgress, Event, EventSink, MemorySample, Throttle
-from steps.safefs import read_bounded
+from steps.safefs import open_dir, read_bounded, trusted_dir
 from steps.state import write_atomic
 
 GiB = 2**30
@@ -88,6 +91,7 @@ LESSONS_KEPT = 16  # the most recent job peaks and ramps the typical values come
 # Bounds a kept lesson must be within to be believed (a job of 1 TiB, a front end of a day).
 MAX_SANE_PEAK = 2**40
 MAX_SANE_RAMP_S = 86400.0
+LESSONS_LIMIT = 64 * 1024  # a lessons file is under 2 KiB
 
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
@@ -171,7 +175,8 @@ class Lessons:
         """The lessons kept at `path`; None when there are none or the file is unusable (a
         guess is then as good as a damaged record)."""
         try:
-            data = json.loads(path.read_text())
+            # root's file in root's directory, read as the trust rules read any file
+            data = json.loads(read_bounded(path, LESSONS_LIMIT, owner=os.geteuid()))
             lessons = cls(
                 largest_peak=int(data["largest_peak"]),
                 peaks=tuple(int(p) for p in data["peaks"]),
@@ -262,16 +267,36 @@ class _Learned:
 
 
 class _Jobserver:
-    """The FIFO ninja takes tokens from; one byte is one job beyond ninja's implicit one."""
+    """The FIFO ninja takes tokens from; one byte is one job beyond ninja's implicit one.
 
-    def __init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="mlsetup-jobserver-"))
-        self.path = self._dir / "fifo"
-        os.mkfifo(self.path, 0o600)
+    It lives in a directory of its own inside `runtime`, a directory only root can write (the
+    engine's is /run/mlsetup; None: a private one made here), so no other account can rename or
+    replace anything root later unlinks; only the FIFO itself is handed to the compiling
+    account. That directory's descriptor holds an flock while the governor lives: the next
+    governor to start removes the directories of those that died (kill -9), not of live ones."""
+
+    def __init__(self, runtime: Path | None) -> None:
+        self._private = runtime is None
+        runtime = runtime or Path(tempfile.mkdtemp(prefix="mlsetup-governor-"))
+        self._runtime_fd = trusted_dir(runtime, {os.geteuid()}, mode=0o711)
+        os.fchmod(self._runtime_fd, 0o711)  # others pass through to their FIFO, list nothing
+        self.name = f"jobserver-{secrets.token_hex(8)}"
+        with _flocked(self._runtime_fd):  # no sweep between our mkdir and our lock
+            _remove_dead_jobservers(self._runtime_fd)
+            os.mkdir(self.name, 0o711, dir_fd=self._runtime_fd)
+            self._dir_fd = open_dir(self.name, dir_fd=self._runtime_fd)
+            fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.path = runtime / self.name / "fifo"
+        os.mkfifo("fifo", 0o600, dir_fd=self._dir_fd)
         # Opened read-write by the governor itself: ninja's open never blocks waiting for a
         # peer, our writes never block, and ninja never sees end-of-file between jobs.
-        self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self._fd = os.open(
+            "fifo", os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dir_fd
+        )
         self.issued = 0  # tokens in circulation: in the FIFO or held by ninja
+
+    def share_with(self, uid: int, gid: int) -> None:
+        os.fchown(self._fd, uid, gid)  # the FIFO alone: its directory stays root's
 
     def set_jobs(self, jobs: int) -> None:
         want = max(jobs - 1, 0)
@@ -286,8 +311,44 @@ class _Jobserver:
 
     def close(self) -> None:
         os.close(self._fd)
-        self.path.unlink(missing_ok=True)
-        self._dir.rmdir()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("fifo", dir_fd=self._dir_fd)
+        os.close(self._dir_fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.name, dir_fd=self._runtime_fd)
+        if self._private:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path.parent.parent)
+        os.close(self._runtime_fd)
+
+
+@contextlib.contextmanager
+def _flocked(fd: int) -> Iterator[None]:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _remove_dead_jobservers(runtime_fd: int) -> None:
+    """Remove the jobserver directories in `runtime_fd` whose governor is gone (no flock)."""
+    for name in os.listdir(runtime_fd):
+        if not name.startswith("jobserver-"):
+            continue
+        try:
+            fd = open_dir(name, dir_fd=runtime_fd)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for entry in os.listdir(fd):
+                os.unlink(entry, dir_fd=fd)  # never follows: only root could have put it there
+            os.rmdir(name, dir_fd=runtime_fd)
+        except OSError:  # locked: its governor is alive (or another start just removed it)
+            pass
+        finally:
+            os.close(fd)
 
 
 def _psi_some_avg10() -> float | None:
@@ -316,6 +377,7 @@ class Governor:
         peak_job_bytes: int = int(4.5 * GiB),
         ramp_s: float = 40.0,
         lessons_file: Path | None = None,
+        jobserver_dir: Path | None = None,
         action: str = "build",
         stopped_file: Path | None = None,
     ) -> None:
@@ -332,7 +394,10 @@ class Governor:
         `stopped_file`: a root-only file where the governor keeps which job groups it has
         stopped, with a watchdog process that continues them and ends the build should this
         process die without `stop()`; `end_orphaned_build` does it again at the next start,
-        in case the watchdog died too."""
+        in case the watchdog died too.
+
+        `jobserver_dir`: a directory only root writes where the jobserver FIFO is made
+        (the engine's /run/mlsetup); None: a private one."""
         self._sink = sink
         self.ceiling = max(1, ceiling or os.cpu_count() or 1)
         self.reserve = reserve_bytes
@@ -350,7 +415,7 @@ class Governor:
         # The start: as many jobs as fit if all peaked at once (what a static MAX_JOBS would
         # pick); decisions move it from there.
         self.allowed = self._fit_at_peak()
-        self._jobserver = _Jobserver()
+        self._jobserver = _Jobserver(jobserver_dir)
         self._root: int | None = None
         self._jobs: dict[int, Job] = {}
         self._decisions: list[Decision] = []
@@ -383,8 +448,7 @@ class Governor:
 
     def share_with(self, uid: int, gid: int) -> None:
         """Let the account the build runs as open the jobserver FIFO (it is private otherwise)."""
-        for path in (self._jobserver.path.parent, self._jobserver.path):
-            os.chown(path, uid, gid)
+        self._jobserver.share_with(uid, gid)
 
     def start(self) -> None:
         """Issue the first tokens (before the build starts) and start sampling."""

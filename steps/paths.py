@@ -8,6 +8,7 @@ from pathlib import Path
 from steps.rootfs import OWN_DIRS, RootFS
 
 STATE_DIR, LOG_DIR, CACHE_DIR = OWN_DIRS
+RUNTIME_DIR = "/run/mlsetup"  # root's: the jobserver FIFOs of running builds
 
 
 @dataclass(frozen=True)

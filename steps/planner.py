@@ -54,5 +54,6 @@ def observe_and_plan(fs: RootFS, answers: Answers) -> tuple[Facts, Plan]:
     choices = choose(facts, answers)
     check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
-    wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv))
+    wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv),
+                         choices.owner.run_as)
     return facts, make_plan(facts, answers, venv, wheels)

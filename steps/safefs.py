@@ -1,28 +1,49 @@
 """File primitives for root working among files that other accounts can write.
 
 mlsetup runs as root, but the venv belongs to the sudo user, the build tree to the compiling
-account, and an answers or recipe file may come from anywhere. From root's side those are
-untrusted (DESIGN.md, "Trust"): nothing here follows a symlink in the last component, opens a
-non-regular file, blocks on a FIFO, or reads without a bound. Every open is checked with
-`fstat` on the descriptor it returns, so a path swapped after the check cannot be read instead.
+account, and a wheelhouse may be shared (DESIGN.md, "Trust"). From root's side those accounts
+are untrusted, so every operation here works on descriptors:
+
+- nothing follows a symlink: each component below a directory root holds open is opened with
+  `O_NOFOLLOW` relative to its parent's descriptor (`dir_fd=`), never by re-resolving a path
+  the other account could swap between a check and a use;
+- every open is checked with `fstat` on the descriptor it returns (a regular file, a real
+  directory, the expected owner); a FIFO never blocks the open, and reads are bounded;
+- root writes only into directories no other account can write (`trusted_dir`), through temp
+  files it creates `O_CREAT|O_EXCL|O_NOFOLLOW` and renames within that same directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
+from collections.abc import Collection
 from pathlib import Path
 
-MiB = 1024 * 1024
+KiB, MiB = 1024, 1024 * 1024
 
 # O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is cleared once fstat has
 # shown a regular file, where it means nothing anyway.
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafeFile(OSError):
     """A file root refuses to use: a link, not a regular file, too large, or owned by another."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def single_component(name: str) -> str:
+    """`name` if it names one entry of a directory (no "/", not "." or "..", no NUL)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UnsafeFile(0, "is not a single file name", name)
+    return name
 
 
 def open_regular(path: str | Path, *, dir_fd: int | None = None, owner: int | None = None) -> int:
@@ -30,18 +51,12 @@ def open_regular(path: str | Path, *, dir_fd: int | None = None, owner: int | No
 
     `owner`: the uid the file must belong to (None: any). The caller closes the descriptor.
     """
-    try:
-        fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # the last component is a symlink
-            raise UnsafeFile(exc.errno, "is a symbolic link", str(path)) from None
-        raise
+    fd = _open(path, _OPEN_FLAGS, dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(0, f"is not a regular file ({_kind(st.st_mode)})", str(path))
-        if owner is not None and st.st_uid != owner:
-            raise UnsafeFile(0, f"belongs to uid {st.st_uid}, not {owner}", str(path))
+        _check_owner(st, owner, path)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -72,6 +87,133 @@ def read_bounded(
     return data
 
 
+def open_dir(path: str | Path, *, dir_fd: int | None = None, owner: int | None = None) -> int:
+    """A descriptor for the directory at `path`; its last component must not be a symlink.
+
+    `owner`: the uid it must belong to (None: any). The caller closes the descriptor."""
+    fd = _open(path, _DIR_FLAGS, dir_fd)
+    try:
+        _check_owner(os.fstat(fd), owner, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def walk(dir_fd: int, relative: str, *, owner: int | None = None) -> int:
+    """The directory `relative` ("a/b/c") below `dir_fd`, opened one component at a time, none
+    of them a symlink, each belonging to `owner` if given. The caller closes the descriptor."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in relative.split("/"):
+            parent, fd = fd, -1
+            try:
+                fd = open_dir(single_component(part), dir_fd=parent, owner=owner)
+            finally:
+                os.close(parent)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def trusted_dir(
+    path: str | Path,
+    owners: Collection[int],
+    *,
+    dir_fd: int | None = None,
+    mode: int | None = 0o755,
+) -> int:
+    """A descriptor for a directory root may write in: created with `mode` if missing (None:
+    not created), it must belong to one of `owners` and be writable by no other account (no
+    group or other write bit). With `dir_fd`, `path` is one component below it; else a path
+    whose parents are created too."""
+    if dir_fd is not None:
+        path = single_component(str(path))
+    if mode is not None and dir_fd is None:
+        Path(path).mkdir(parents=True, exist_ok=True, mode=mode)
+    elif mode is not None:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, mode, dir_fd=dir_fd)
+    fd = open_dir(path, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in owners:
+            raise UnsafeFile(0, f"belongs to uid {st.st_uid}, not root or the operator", str(path))
+        if st.st_mode & 0o022:
+            raise UnsafeFile(
+                0, f"is writable by other accounts (mode {stat.S_IMODE(st.st_mode):04o})", str(path)
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_dir(parent_fd: int, name: str, mode: int, *, uid: int = -1, gid: int = -1) -> int:
+    """The directory `name` below `parent_fd` (a directory root owns), created if missing, then
+    given `mode` and, through its own descriptor, the owner `uid`:`gid` (-1: unchanged). An
+    existing symlink or non-directory there is refused, never followed."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(single_component(name), mode, dir_fd=parent_fd)
+    fd = open_dir(name, dir_fd=parent_fd)
+    try:
+        os.fchmod(fd, mode)
+        os.fchown(fd, uid, gid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def copy_into(src_fd: int, dir_fd: int, name: str, *, limit: int, mode: int = 0o644) -> None:
+    """Copy the open file `src_fd` (from its current offset) to `name` in the directory
+    `dir_fd`: through a fresh temp file created O_EXCL|O_NOFOLLOW there, renamed within that
+    same directory, so a reader sees the old file or the whole new one and nothing planted at
+    either name is followed. Refused (nothing left behind) past `limit` bytes."""
+    single_component(name)
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    out = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        copied = 0
+        while sent := os.sendfile(out, src_fd, None, min(64 * MiB, limit + 1 - copied)):
+            copied += sent
+            if copied > limit:
+                raise UnsafeFile(0, f"is larger than {limit} bytes", name)
+        os.fchmod(out, mode)
+        os.fsync(out)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(out)
+
+
+def _open(path: str | Path, flags: int, dir_fd: int | None) -> int:
+    try:
+        return os.open(path, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
+            raise UnsafeFile(exc.errno, "is a symbolic link", str(path)) from None
+        if exc.errno == errno.ENOTDIR and flags & os.O_DIRECTORY:
+            # only for the message: the refusal does not depend on what lstat says
+            try:
+                link = stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+            except OSError:
+                link = False
+            why = "is a symbolic link" if link else "is not a directory"
+            raise UnsafeFile(exc.errno, why, str(path)) from None
+        raise
+
+
+def _check_owner(st: os.stat_result, owner: int | None, path: str | Path) -> None:
+    if owner is not None and st.st_uid != owner:
+        raise UnsafeFile(0, f"belongs to uid {st.st_uid}, not {owner}", str(path))
+
+
 def _kind(mode: int) -> str:
     for test, name in (
         (stat.S_ISDIR, "a directory"),
@@ -79,7 +221,6 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISLNK, "a symbolic link"),
     ):
         if test(mode):
             return name

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from steps.rootfs import RootFS
+from steps.safefs import KiB, read_bounded, walk
+
+READ_LIMIT = 256 * KiB  # pyvenv.cfg and torch/version.py are well under 4 KiB
 
 
 @dataclass(frozen=True)
@@ -27,24 +31,77 @@ _TORCH_CUDA = re.compile(r"^cuda(?:: Optional\[str\])?\s*=\s*'([\d.]+)'", re.M)
 
 
 def probe_venv(fs: RootFS, path: str) -> VenvState | None:
-    """The venv at `path` (a path on the target machine), or None if there is none."""
-    cfg = fs.read_text(f"{path}/pyvenv.cfg")
-    if cfg is None:
+    """The venv at `path` (a path on the target machine), or None if there is none.
+
+    The venv belongs to its owner, who may have left anything in it: below the path the
+    operator named (which may itself be a link, to a venv on a data disk, say) it is walked
+    through descriptors (steps.safefs), no link followed, and each file read is bounded, so a
+    FIFO, /dev/zero or a huge file gives an unknown value, never a hang."""
+    try:
+        venv_fd = os.open(fs.path(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
         return None
-    m = _CFG_VERSION.search(cfg)
-    packages: dict[str, str] = {}
-    torch_cuda = None
-    for site in fs.glob(f"{path}/lib/python3*/site-packages"):
-        for dist in Path(site).glob("*.dist-info"):
-            name, _, version = dist.name[: -len(".dist-info")].partition("-")
-            packages[canonicalize_name(name)] = version
-        torch_version = Path(site) / "torch" / "version.py"
-        if torch_version.exists():
-            cm = _TORCH_CUDA.search(torch_version.read_text(errors="replace"))
-            torch_cuda = cm.group(1) if cm else None
+    try:
+        cfg = _read(venv_fd, "pyvenv.cfg")
+        if cfg is None and not _exists(venv_fd, "pyvenv.cfg"):
+            return None
+        m = _CFG_VERSION.search(cfg or "")
+        packages: dict[str, str] = {}
+        torch_cuda = None
+        for site_fd in _site_packages(venv_fd):
+            try:
+                for entry in sorted(os.listdir(site_fd)):
+                    if entry.endswith(".dist-info"):
+                        name, _, version = entry[: -len(".dist-info")].partition("-")
+                        packages[canonicalize_name(name)] = version
+                torch_version = _read(site_fd, "torch/version.py")
+                if torch_version is not None:
+                    cm = _TORCH_CUDA.search(torch_version)
+                    torch_cuda = cm.group(1) if cm else None
+            finally:
+                os.close(site_fd)
+    finally:
+        os.close(venv_fd)
     return VenvState(
         path=path,
         python_version=m.group(1) if m else None,
         packages=packages,
         torch_cuda=torch_cuda,
     )
+
+
+def _site_packages(venv_fd: int) -> list[int]:
+    """Descriptors of lib/python3*/site-packages, in name order (the caller closes them)."""
+    try:
+        lib_fd = walk(venv_fd, "lib")
+    except OSError:
+        return []
+    try:
+        out = []
+        for name in sorted(n for n in os.listdir(lib_fd) if n.startswith("python3")):
+            with contextlib.suppress(OSError):
+                out.append(walk(lib_fd, f"{name}/site-packages"))
+        return out
+    finally:
+        os.close(lib_fd)
+
+
+def _read(dir_fd: int, relative: str) -> str | None:
+    """The text of `relative` below `dir_fd`, None if missing or unsafe (see probe_venv)."""
+    parent, _, name = relative.rpartition("/")
+    try:
+        fd = walk(dir_fd, parent) if parent else os.dup(dir_fd)
+        try:
+            return read_bounded(name, READ_LIMIT, dir_fd=fd).decode(errors="replace")
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True

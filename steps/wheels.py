@@ -4,21 +4,35 @@ A wheel is keyed by everything its binary depends on: the extension and its vers
 exact torch (its local tag names the CUDA build), the Python, and the archs compiled. The
 machine keeps its own in /var/cache/mlsetup/wheels/<key>/; a fleet can share a wheelhouse
 directory (answers build.wheelhouse) laid out the same way.
+
+The wheel just built sits in the compiling account's build tree, and a wheelhouse may belong to
+the operator: root reads and writes both only through steps.safefs (DESIGN.md, "Trust").
 """
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from steps.paths import CACHE_DIR
 from steps.rootfs import RootFS
+from steps.runner import lookup_account
+from steps.safefs import (
+    copy_into,
+    open_dir,
+    open_regular,
+    single_component,
+    trusted_dir,
+    walk,
+)
 
 WHEEL_CACHE = f"{CACHE_DIR}/wheels"
 BUILD_ROOT = f"{CACHE_DIR}/build"
+WHEEL_LIMIT = 4 * 2**30  # flash-attn's wheels are a few hundred MB; nothing kept is larger
 
 
 def wheel_key(package: str, version: str, torch_version: str, python: str, archs: str) -> str:
@@ -31,44 +45,136 @@ def build_dir(name: str, version: str) -> str:
     return f"{BUILD_ROOT}/{name}-{version}"
 
 
-def _has_wheel(directory: Path, package: str, version: str) -> bool:
-    for path in directory.glob("*.whl") if directory.is_dir() else []:
-        name, wheel_version, _, _ = parse_wheel_filename(path.name)
-        if name == canonicalize_name(package) and str(wheel_version) == version:
-            return True
-    return False
+def tree_name(name: str, version: str) -> str:
+    """The build tree's name in BUILD_ROOT; UnsafeFile unless it is one path component."""
+    return single_component(f"{name}-{version}")
 
 
 def find_wheels(
-    fs: RootFS, wheelhouse: str, wanted: Mapping[str, tuple[str, str]]
+    fs: RootFS, wheelhouse: str, wanted: Mapping[str, tuple[str, str]], operator: str | None
 ) -> dict[str, str]:
     """For each key wanted (key -> (package, version)), a directory holding its wheel: the
-    machine's cache first, then the fleet's wheelhouse. Paths are on the target machine."""
+    machine's cache first, then the fleet's wheelhouse (used only while no account but root
+    and `operator` can write it). Paths are on the target machine."""
+    trusted = {os.geteuid(), _uid_of(fs, operator)}
     found = {}
     for key, (package, version) in wanted.items():
-        cache = f"{WHEEL_CACHE}/{key}"
-        if _has_wheel(fs.path(cache), package, version):
-            found[key] = cache
-        elif wheelhouse and _has_wheel(Path(wheelhouse) / key, package, version):
+        if _has_wheel(fs.path(WHEEL_CACHE), {os.geteuid()}, key, package, version):
+            found[key] = f"{WHEEL_CACHE}/{key}"
+        elif wheelhouse and _has_wheel(Path(wheelhouse), trusted, key, package, version):
             found[key] = f"{wheelhouse}/{key}"
     return found
 
 
-def publish(fs: RootFS, built: Path, key: str, package: str, version: str,
-            wheelhouse: str) -> list[Path]:
-    """Copy the wheel just built (in `built`, a local directory) into the machine's cache and
-    the wheelhouse; returns where it went."""
-    wheels = [p for p in built.glob("*.whl")
-              if parse_wheel_filename(p.name)[0] == canonicalize_name(package)
-              and str(parse_wheel_filename(p.name)[1]) == version]
-    out = []
-    for target in [fs.path(f"{WHEEL_CACHE}/{key}")] + ([Path(wheelhouse) / key] if wheelhouse
-                                                        else []):
-        target.mkdir(parents=True, exist_ok=True)
-        for wheel in wheels:
-            tmp = target / f".{wheel.name}.tmp"
-            shutil.copyfile(wheel, tmp)
-            tmp.chmod(0o644)
-            tmp.replace(target / wheel.name)  # readers never see half a wheel
-            out.append(target / wheel.name)
-    return out
+def publish(fs: RootFS, tree: str, key: str, package: str, version: str, wheelhouse: str,
+            operator: str | None) -> tuple[list[Path], list[str]]:
+    """Copy the wheel just built (in BUILD_ROOT/`tree`/wheels, written by `operator`, None:
+    root) into the machine's cache and the wheelhouse. Returns where it went, and what was
+    refused and why."""
+    builder = _uid_of(fs, operator)
+    trusted = {os.geteuid(), builder}
+    out: list[Path] = []
+    refused: list[str] = []
+    sources = _open_built(fs, tree, package, version, builder, refused)
+    if not sources:
+        return out, refused
+    places = [(fs.path(WHEEL_CACHE), {os.geteuid()})]
+    if wheelhouse:
+        places.append((Path(wheelhouse), trusted))
+    try:
+        for base, owners in places:
+            try:
+                _copy_all(sources, base, owners, key, out)
+            except OSError as exc:
+                refused.append(
+                    f"did not keep the wheel in {base}: {exc}; root writes only where no account "
+                    f"but root and the operator can (e.g. chown root {base}; chmod go-w {base})"
+                )
+    finally:
+        for fd in sources.values():
+            os.close(fd)
+    return out, refused
+
+
+def _open_built(fs: RootFS, tree: str, package: str, version: str, builder: int,
+                refused: list[str]) -> dict[str, int]:
+    """name -> read descriptor of each of the package's wheels in the build tree: regular files
+    of the compiling account, reached without following any link it could have planted."""
+    where = f"{BUILD_ROOT}/{tree}/wheels"
+    sources: dict[str, int] = {}
+    try:
+        root_fd = open_dir(fs.path(BUILD_ROOT), owner=os.geteuid())
+        try:
+            wheels_fd = walk(root_fd, f"{tree}/wheels", owner=builder)
+        finally:
+            os.close(root_fd)
+    except OSError as exc:
+        refused.append(f"did not keep the wheel: {where}: {exc}")
+        return sources
+    try:
+        for name in sorted(os.listdir(wheels_fd)):
+            if not _is_wheel_of(name, package, version):
+                continue
+            try:
+                sources[name] = open_regular(name, dir_fd=wheels_fd, owner=builder)
+            except OSError as exc:
+                refused.append(f"did not keep {where}/{name}: {exc.strerror}")
+    finally:
+        os.close(wheels_fd)
+    return sources
+
+
+def _copy_all(sources: Mapping[str, int], base: Path, owners: set[int], key: str,
+              out: list[Path]) -> None:
+    base_fd = trusted_dir(base, owners)
+    try:
+        key_fd = trusted_dir(key, owners, dir_fd=base_fd)
+    finally:
+        os.close(base_fd)
+    try:
+        for name, fd in sources.items():
+            os.lseek(fd, 0, os.SEEK_SET)
+            copy_into(fd, key_fd, name, limit=WHEEL_LIMIT)  # readers never see half a wheel
+            out.append(base / key / name)
+    finally:
+        os.close(key_fd)
+
+
+def _has_wheel(base: Path, owners: set[int], key: str, package: str, version: str) -> bool:
+    try:
+        base_fd = trusted_dir(base, owners, mode=None)
+        try:
+            key_fd = trusted_dir(key, owners, dir_fd=base_fd, mode=None)
+        finally:
+            os.close(base_fd)
+    except OSError:  # none there, or one that other accounts could have filled
+        return False
+    try:
+        return any(_is_wheel_of(name, package, version) and _is_regular(key_fd, name)
+                   for name in os.listdir(key_fd))
+    finally:
+        os.close(key_fd)
+
+
+def _is_regular(dir_fd: int, name: str) -> bool:
+    """A regular file, not a link to one (what the link names is not the wheel it claims)."""
+    try:
+        os.close(open_regular(name, dir_fd=dir_fd))
+    except OSError:
+        return False
+    return True
+
+
+def _is_wheel_of(name: str, package: str, version: str) -> bool:
+    if not name.endswith(".whl"):
+        return False
+    with contextlib.suppress(InvalidWheelFilename):
+        wheel_name, wheel_version, _, _ = parse_wheel_filename(name)
+        return wheel_name == canonicalize_name(package) and str(wheel_version) == version
+    return False
+
+
+def _uid_of(fs: RootFS, operator: str | None) -> int:
+    """The operator's uid (the account that owns the venv and compiles); root's for None."""
+    account = lookup_account(fs, operator) if operator else None
+    return account.uid if account else os.geteuid()

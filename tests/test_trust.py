@@ -1,0 +1,387 @@
+"""Root among other accounts' files (DESIGN.md, "Trust"): each attack an account can make on
+the trees root works in, made from that account (a process with its uid) against a real apply
+or plan on the fake server. A root-only file stands in for /etc/shadow; each test checks that it
+keeps its content, owner and mode, and that the attack was really in place."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steps.events import Notice
+from steps.governor import Governor, Lessons
+from steps.safefs import UnsafeFile, make_dir, open_dir
+from tests.common import REPO
+from tests.harness import USER_UID, FakeServer
+
+OTHER_UID = 1001  # an account that is neither root nor the operator
+USER_PYTHON = "/usr/bin/python3"  # one every account can run (the test venv may not be)
+WHEEL = "tinyext-0.1.0-py3-none-any.whl"
+KEY = "tinyext-0.1.0_torch-2.14.0+cu130_py{}.{}_archs-native".format(*sys.version_info[:2])
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another account")
+SECRET = b"root:$y$j9T$only-root-may-read-this:20000:0:99999:7:::\n"
+
+
+def as_account(code: str, *args: str, uid: int = USER_UID) -> subprocess.Popen:
+    """Python `code` run by the account `uid` (no group of root's), started now."""
+    return subprocess.Popen([USER_PYTHON, "-c", code, *args], user=uid, group=uid,
+                            extra_groups=[], cwd="/", stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def by_account(code: str, *args: str, uid: int = USER_UID) -> str:
+    proc = as_account(code, *args, uid=uid)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    return out
+
+
+def root_only_file(path: Path, content: bytes = SECRET) -> tuple[bytes, int, int, int]:
+    path.write_bytes(content)
+    os.chown(path, 0, 0)
+    path.chmod(0o600)
+    return fingerprint(path)
+
+
+def fingerprint(path: Path) -> tuple[bytes, int, int, int]:
+    st = path.lstat()
+    assert stat.S_ISREG(st.st_mode), f"{path} is no longer a regular file"
+    return path.read_bytes(), st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def notices(server: FakeServer) -> list[str]:
+    return [e.text for e in server.events() if isinstance(e, Notice)]
+
+
+def apply(server: FakeServer) -> subprocess.CompletedProcess:
+    return server.mlsetup("apply", "--answers", str(server.answers))
+
+
+# -- (a) a link among the wheels just built ------------------------------------------------------
+
+PLANT_IN_WHEELS = """
+import os, sys, time
+tree, target, name = sys.argv[1:]
+deadline = time.time() + 120
+while not (os.path.isdir(tree) and os.stat(tree).st_uid == os.getuid()):
+    assert time.time() < deadline, "the build tree never became mine"
+    time.sleep(0.01)
+os.makedirs(tree + "/wheels", exist_ok=True)
+os.symlink(target, f"{tree}/wheels/{name}")
+print("planted")
+"""
+
+
+def test_a_link_planted_among_the_built_wheels_is_not_copied_into_the_cache(
+    server: FakeServer,
+):
+    shadow = server.base / "shadow"
+    before = root_only_file(shadow)
+    server.machine.driver_loaded("580.105.08")
+    tree = server.root / "var/cache/mlsetup/build/tinyext-0.1.0"
+    planted = "tinyext-0.1.0-cp39-none-any.whl"  # a wheel of the package to root's eye
+    planter = as_account(PLANT_IN_WHEELS, str(tree), str(shadow), planted)
+    run = apply(server)
+    assert planter.communicate(timeout=30)[0].strip() == "planted"
+    assert run.returncode == 0, run.stdout
+    assert (tree / "wheels" / planted).is_symlink()  # in place when root published
+    cache = server.root / "var/cache/mlsetup/wheels" / KEY
+    assert sorted(p.name for p in cache.iterdir()) == [WHEEL]
+    assert (cache / WHEEL).read_bytes() == (tree / "wheels" / WHEEL).read_bytes()
+    assert fingerprint(shadow) == before
+    assert any(planted in text and "is a symbolic link" in text for text in notices(server))
+
+
+# -- (b) links planted in a wheelhouse -----------------------------------------------------------
+
+PLANT_IN_WHEELHOUSE = """
+import os, sys
+key_dir, tmp_target, final_target, wheel = sys.argv[1:]
+os.mkdir(key_dir)
+os.symlink(tmp_target, f"{key_dir}/.{wheel}.tmp")  # where root used to write first
+os.symlink(final_target, f"{key_dir}/{wheel}")
+"""
+
+
+def test_links_planted_in_the_operators_wheelhouse_are_replaced_not_followed(
+    server: FakeServer,
+):
+    shadow, other = server.base / "shadow", server.base / "other-root-file"
+    before, other_before = root_only_file(shadow), root_only_file(other, b"keep me\n")
+    wheelhouse = server.base / "wheelhouse"
+    wheelhouse.mkdir(mode=0o755)
+    os.chown(wheelhouse, USER_UID, USER_UID)  # the operator's own, as a fleet share may be
+    by_account(PLANT_IN_WHEELHOUSE, str(wheelhouse / KEY), str(shadow), str(other), WHEEL)
+    server.machine.driver_loaded("580.105.08")
+    server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    run = apply(server)
+    assert run.returncode == 0, run.stdout
+    assert fingerprint(shadow) == before and fingerprint(other) == other_before
+    published = wheelhouse / KEY / WHEEL
+    assert not published.is_symlink() and published.stat().st_uid == 0
+    cached = server.root / "var/cache/mlsetup/wheels" / KEY / WHEEL
+    assert published.read_bytes() == cached.read_bytes()
+    assert (wheelhouse / KEY / f".{WHEEL}.tmp").is_symlink()  # left alone, never written
+
+
+PLANT_KEY_LINK = """
+import os, sys
+os.symlink(sys.argv[2], f"{sys.argv[1]}")
+"""
+
+
+def test_a_wheelhouse_other_accounts_can_write_is_refused_with_the_reason(server: FakeServer):
+    victim = server.base / "root-dir"
+    victim.mkdir(mode=0o700)
+    wheelhouse = server.base / "shared"
+    wheelhouse.mkdir()
+    wheelhouse.chmod(0o1777)  # like /tmp
+    # a third account points the key at a directory of root's
+    by_account(PLANT_KEY_LINK, str(wheelhouse / KEY), str(victim), uid=OTHER_UID)
+    server.machine.driver_loaded("580.105.08")
+    server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    run = apply(server)
+    assert run.returncode == 0, run.stdout
+    assert list(victim.iterdir()) == []
+    assert sorted(p.name for p in wheelhouse.iterdir()) == [KEY]
+    refused = [t for t in notices(server) if str(wheelhouse) in t and "did not keep" in t]
+    assert refused and "writable by other accounts (mode 1777)" in refused[0]
+    assert "chmod go-w" in refused[0]
+    # the machine's own cache still got it
+    assert (server.root / "var/cache/mlsetup/wheels" / KEY / WHEEL).is_file()
+
+
+# -- (c) a version that walks out of the build root ----------------------------------------------
+
+@pytest.mark.parametrize("victim", ["etc/cron.d", "etc/made-by-mlsetup"])
+def test_a_version_with_dot_dots_creates_or_chowns_nothing_outside_the_build_root(
+    server: FakeServer, victim: str
+):
+    existing = server.root / "etc/cron.d"
+    existing.mkdir(mode=0o755)
+    # an earlier build of this extension left its tree, so ".." below it resolves
+    earlier = server.root / "var/cache/mlsetup/build/tinyext-0.1.0"
+    earlier.mkdir(parents=True, mode=0o700)
+    os.chown(earlier, USER_UID, USER_UID)
+    server.machine.driver_loaded("580.105.08")
+    server.write_answers()
+    version = f"0.1.0/../../../../../{victim}"
+    server.answers.write_text(server.answers.read_text().replace(
+        'version = "0.1.0"', f'version = "{version}"'))
+    run = apply(server)
+    assert run.returncode in (1, 2), run.stdout  # refused: by the fs ops or by validation
+    assert "Traceback" not in run.stdout + run.stderr
+    st = existing.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o755)
+    assert not (server.root / "etc/made-by-mlsetup").exists()
+    build_root = server.root / "var/cache/mlsetup/build"
+    for top, dirs, files in os.walk(server.root):
+        for name in dirs + files:
+            path = Path(top) / name
+            if path.lstat().st_uid == USER_UID:
+                assert path.is_relative_to(build_root), f"{path} was given to the user"
+
+
+@needs_root
+def test_a_tree_name_is_made_below_the_directory_it_is_given_or_refused(tmp_path: Path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (tmp_path / "etc").mkdir()
+    (build / "link").symlink_to(tmp_path / "etc")
+    fd = open_dir(build)
+    try:
+        for name in ("x/../../etc", "..", "link"):
+            with pytest.raises(UnsafeFile):
+                make_dir(fd, name, 0o700, uid=USER_UID, gid=USER_UID)
+        os.close(make_dir(fd, "ok-1.0", 0o700, uid=USER_UID, gid=USER_UID))
+    finally:
+        os.close(fd)
+    assert (tmp_path / "etc").stat().st_uid == 0 and (build / "ok-1.0").stat().st_uid == USER_UID
+
+
+# -- (d) the venv's files: a FIFO, /dev/zero, a huge file ----------------------------------------
+
+PLANT_IN_VENV = """
+import os, sys
+venv, python, which, kind = sys.argv[1:]
+site = f"{venv}/lib/python{python}/site-packages"
+os.makedirs(f"{site}/torch")
+os.makedirs(f"{site}/torch-2.14.0+cu130.dist-info")
+files = {"cfg": f"{venv}/pyvenv.cfg", "torch": f"{site}/torch/version.py"}
+with open(files["cfg"], "w") as f:
+    f.write("home = /usr/bin\\nversion = 3.11.2\\n")
+with open(files["torch"], "w") as f:
+    f.write("__version__ = '2.14.0+cu130'\\ncuda: Optional[str] = '13.0'\\n")
+path = files[which]
+os.unlink(path)
+if kind == "fifo":
+    os.mkfifo(path)
+elif kind == "dev-zero":
+    os.symlink("/dev/zero", path)
+else:  # 3 GiB, sparse: nothing for the account to pay, all for a reader that reads it whole
+    with open(path, "wb") as f:
+        f.write(b"version = 3.11.2\\n")
+        f.truncate(3 << 30)
+"""
+
+
+def _run_measured(server: FakeServer, *args: str,
+                  timeout: float) -> tuple[int, float, int, str, str]:
+    """mlsetup's exit code, wall seconds, peak RSS (KiB, its own process's), stdout, stderr."""
+    out, err = server.base / "plan.out", server.base / "plan.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args, "--root",
+                                 str(server.root)], stdout=stdout, stderr=stderr,
+                                env=server.env(), cwd=REPO)
+    start = time.monotonic()
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - start > timeout:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            pytest.fail(f"mlsetup {' '.join(args)} still running after {timeout}s")
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return (proc.returncode, time.monotonic() - start, usage.ru_maxrss, out.read_text(),
+            err.read_text())
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+@pytest.mark.parametrize("which", ["cfg", "torch"])
+def test_a_venv_file_that_never_ends_leaves_plan_prompt_and_small(
+    server: FakeServer, which: str, kind: str
+):
+    python = "{}.{}".format(*sys.version_info[:2])
+    by_account(PLANT_IN_VENV, str(server.venv), python, which, kind)
+    code, elapsed, rss_kib, out, err = _run_measured(
+        server, "plan", "--answers", str(server.answers), "--json", timeout=60)
+    assert code == 0, out + err
+    plan = json.loads(out)
+    venv = next(s for s in plan["steps"] if s["name"] == "venv")
+    # the venv is seen (not created again); the value root would not read is unknown
+    assert str(server.venv) in venv["reason"]
+    assert "venv.create" not in [a["id"] for a in venv["actions"]]
+    assert elapsed < 30 and rss_kib < 512 * 1024, (elapsed, rss_kib)
+
+
+# -- (e) the jobserver directory -----------------------------------------------------------------
+
+SWAP_JOBSERVER_DIR = """
+import errno, json, os, sys, time
+victim, report, server = sys.argv[1:]
+deadline, result = time.time() + 180, {}
+while not result and time.time() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:  # only this fake server's build (its venv's python): other builds may be running
+            if server.encode() not in open(f"/proc/{pid}/cmdline", "rb").read():
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        fifo = next((v.split(b"fifo:", 1)[1].decode() for v in env
+                     if v.startswith(b"MAKEFLAGS=") and b"fifo:" in v), None)
+        if not fifo:
+            continue
+        result["fifo"] = fifo
+        directory = os.path.dirname(fifo)
+        try:
+            os.rename(directory, directory + ".moved")
+            os.symlink(victim, directory)
+            result["swapped"] = True
+        except OSError as exc:
+            result["refused"] = errno.errorcode[exc.errno]
+        break
+    time.sleep(0.01)
+json.dump(result, open(report, "w"))
+"""
+
+
+def test_the_jobserver_directory_cannot_be_swapped_for_a_link(server: FakeServer):
+    victim = server.base / "victim"
+    victim.mkdir(mode=0o755)
+    before = root_only_file(victim / "fifo")  # what root would unlink through a swapped dir
+    report = server.home / "swap.json"
+    server.machine.driver_loaded("580.105.08")
+    watcher = as_account(SWAP_JOBSERVER_DIR, str(victim), str(report), str(server.base))
+    run = apply(server)
+    assert run.returncode == 0, run.stdout
+    out, _ = watcher.communicate(timeout=200)
+    result = json.loads(report.read_text())
+    assert result.get("fifo"), f"the account never saw the jobserver: {out}"
+    assert "swapped" not in result and result["refused"] in ("EACCES", "EPERM"), result
+    assert fingerprint(victim / "fifo") == before
+    fifo = Path(result["fifo"])
+    runtime = server.root / "run/mlsetup"
+    assert fifo.parent.parent == runtime
+    st = runtime.stat()
+    assert st.st_uid == 0 and not st.st_mode & 0o022
+    assert list(runtime.iterdir()) == []  # the build's jobserver is gone with it
+
+
+DEAD_GOVERNOR = """
+import sys, time
+from pathlib import Path
+from steps.governor import Governor
+gov = Governor(budget_bytes=1 << 30, jobserver_dir=Path(sys.argv[1]))
+gov.share_with(1000, 1000)
+print(gov.env()["MAKEFLAGS"], flush=True)
+time.sleep(600)
+"""
+
+
+@needs_root
+def test_jobserver_directories_of_dead_engines_are_removed_at_the_next_start(tmp_path: Path):
+    runtime = tmp_path / "run"
+    dead = subprocess.Popen([sys.executable, "-c", DEAD_GOVERNOR, str(runtime)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert dead.stdout is not None
+    dead_fifo = Path(dead.stdout.readline().strip().split("fifo:", 1)[1])
+    assert dead_fifo.exists()
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    live = Governor(budget_bytes=1 << 30, jobserver_dir=runtime)
+    assert not dead_fifo.parent.exists()  # swept by the next start
+    again = Governor(budget_bytes=1 << 30, jobserver_dir=runtime)
+    live_dir = Path(live.env()["MAKEFLAGS"].split("fifo:", 1)[1]).parent
+    assert live_dir.exists()  # a live governor's is kept
+    live.stop()
+    again.stop()
+    assert list(runtime.iterdir()) == []
+
+
+# -- the governor's lessons ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "huge"])
+def test_lessons_that_are_not_a_small_file_of_roots_are_a_guess(tmp_path: Path, kind: str):
+    path = tmp_path / "x.governor.json"
+    good = '{"largest_peak": 1, "peaks": [1], "ramps": [1.0], "plateau": 0.5}'
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link":
+        (tmp_path / "real.json").write_text(good)
+        path.symlink_to(tmp_path / "real.json")
+    else:
+        path.write_text(good + " " * (1 << 20))
+    start = time.monotonic()
+    assert Lessons.load(path) is None
+    assert time.monotonic() - start < 5
+
+
+def test_open_dir_refuses_a_link_with_a_reason(tmp_path: Path):
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(UnsafeFile) as caught:
+        open_dir(tmp_path / "link")
+    assert str(caught.value) == f"{tmp_path / 'link'}: is a symbolic link"
+    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+
