@@ -22,11 +22,13 @@ from steps.governor import Governor, Lessons
 from steps.safefs import UnsafeFile, make_dir, open_dir
 from tests.common import REPO
 from tests.harness import USER_UID, FakeServer
+from tests.wheels import STANDIN_TORCH
 
 OTHER_UID = 1001  # an account that is neither root nor the operator
 USER_PYTHON = "/usr/bin/python3"  # one every account can run (the test venv may not be)
 WHEEL = "tinyext-0.1.0-py3-none-any.whl"
-KEY = "tinyext-0.1.0_torch-2.14.0+cu130_py{}.{}_archs-native".format(*sys.version_info[:2])
+PY = "{}.{}".format(*sys.version_info[:2])
+KEY = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py{PY}_archs-native"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another account")
 SECRET = b"root:$y$j9T$only-root-may-read-this:20000:0:99999:7:::\n"
 
