@@ -94,6 +94,8 @@ def _render(value: object, depth: int) -> str:
 
 
 def _allowed(err: dict) -> str:
+    if err["type"] == "string_pattern_mismatch":
+        return f"allowed: text matching {err['ctx']['pattern']}"
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]

@@ -328,6 +328,7 @@ def _user(fs: RootFS, env: Mapping[str, str]) -> UserInfo | None:
     if account is None:
         return None
     try:
-        return UserInfo(name=account.name, home=account.home, uid=account.uid)
+        home = os.path.normpath(account.home) if account.home.startswith("/") else account.home
+        return UserInfo(name=account.name, home=home, uid=account.uid)
     except ValueError:  # an account name or home no answers file could name: no user
         return None
