@@ -658,11 +658,6 @@ def test_fuzz_answers_facts_and_settings(bench: Bench, capsys):
     _assert_clean(tally, bench)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recipe files are validated by the knowledge work (issue 9, item 5): until it is "
-    "merged, a bad recipe is a TypeError or a hang. Remove this mark once it is.",
-)
 def test_fuzz_recipe_files(bench: Bench, capsys):
     cases = recipe_cases()
     tally = Tally()
