@@ -14,7 +14,7 @@ from app.tui.session import Session
 from steps import events as ev
 from steps.knowledge import knowledge
 from tests.harness import DRIVER_STEP, FakeServer, mode, wait_for
-from tests.tui.helpers import Recorder, shown, wait_until, walk_to_review
+from tests.tui.helpers import Recorder, apply_confirmed, shown, wait_until, walk_to_review
 
 
 @pytest.fixture
@@ -46,7 +46,10 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
         assert "NVIDIA H200" in text and "nouveau driver is loaded" in text
         await walk_to_review(pilot)
         assert "(reboot after)" in shown(app)
-        await pilot.press("enter")  # Apply
+        confirm = await apply_confirmed(pilot)
+        assert "nvidia-open" in confirm and "linux-headers-" in confirm  # the apt packages
+        assert "CUDA 13.0 to /usr/local/cuda-13.0" in confirm
+        assert "Reboot (reboot.policy ask)" in confirm
         # the stand-in driver step is quick: the reboot question may already sit over the Run screen
         assert any(isinstance(screen, RunScreen) for screen in app.screen_stack)
         end = await finished(pilot, app)
@@ -147,7 +150,7 @@ async def test_failing_build_shows_the_diagnosis_and_next_command_above_the_log(
     app = WizardApp(session(fake))
     async with app.run_test(size=(120, 40)) as pilot:
         await walk_to_review(pilot)
-        await pilot.press("enter")
+        await apply_confirmed(pilot)
         end = await finished(pilot, app)
         assert end.code == 1
         failed = app.model.failed
