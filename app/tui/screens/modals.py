@@ -121,7 +121,8 @@ class ErrorScreen(ModalScreen[str]):
                 yield Button("Quit", id="quit")
 
     def on_mount(self) -> None:
-        self.query_one("#back", Button).focus()
+        for button in self.query("#back"):
+            button.focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
