@@ -186,3 +186,36 @@ async def test_plain_sudo_mlsetup_attaches_to_a_running_apply(fake: FakeServer):
             assert app.model.actions["toolkit.install-13.0"].status == "done"
     finally:
         assert engine.wait(timeout=120) == 0
+
+
+async def test_after_a_failed_build_change_an_answer_and_retry_from_the_failed_step(
+    fake: FakeServer,
+):
+    fake.machine.driver_loaded("580.105.08")
+    setup = fake.base / "src" / "tinyext" / "setup.py"
+    working = setup.read_text()
+    setup.write_text("import sys\nprint('nvcc fatal: out of memory')\nsys.exit(1)\n")
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await walk_to_review(pilot)
+        await apply_confirmed(pilot)
+        end = await finished(pilot, app)
+        assert end.code == 1 and app.model.failed.step == "extensions"
+        first_run = app.model.run_id
+        await pilot.press("r")  # back to the failed step, inside the wizard
+        await pilot.pause()
+        assert app.screen.name == "extensions", app.error and open(app.error.log).read()
+        jobs = next(f for f in app.screen.query("ChoiceField") if f.spec.key == "build.max_jobs")
+        jobs.enter("2")
+        await pilot.pause()
+        assert app.session.answers.build.max_jobs == 2
+        assert "MAX_JOBS=2" in shown(app)
+        setup.write_text(working)  # what the operator fixed meanwhile
+        await pilot.press("6")
+        await pilot.pause()
+        await apply_confirmed(pilot)
+        end = await finished(pilot, app)
+        assert end.code == 0, app.model.failed
+        assert app.model.run_id != first_run
+        done = {a.id: a.status for a in app.model.actions.values()}
+        assert all(s in ("done", "already-done") for s in done.values()), done

@@ -239,3 +239,49 @@ async def test_the_final_log_line_is_whole_at_80_columns():
         tail = " ".join(r.strip() for r in rows[-4:])
         assert "use the venv with: source /home/ml/ml-env/bin/activate" in tail
         assert view.max_scroll_x == 0  # nothing to scroll sideways to
+
+
+async def test_refusals_are_shown_where_decided_and_in_the_summary_and_nothing_leaks_none():
+    app = WizardApp(dry_session("gpu-less-debian12"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        cuda = field(app, "torch.cuda")
+        cuda.enter("cu128")  # a CUDA torch on a box without a GPU: refused, and why
+        await pilot.pause()
+        assert cuda.has_class("-invalid") and app.session.answers.torch.cuda == "auto"
+        assert "no NVIDIA GPU on this machine" in shown(app)
+        cuda.enter("auto")
+        await pilot.pause()
+        await pilot.press("3")
+        await pilot.pause()
+        field(app, "toolkit.versions").enter("")
+        await pilot.pause()
+        assert "Wanted: none (the field is empty" in shown(app) and "CUDA None" not in shown(app)
+        await pilot.press("5")
+        await pilot.pause()
+        await pilot.press("a", "tab", *"2.8.3", "enter")
+        await pilot.pause()
+        text = shown(app)
+        assert "flash-attn 2.8.3 skipped: torch is the CPU build" in text  # on its own screen
+        await pilot.press("6", "enter")
+        await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
+        await pilot.press("enter")
+        await pilot.pause()
+        text = shown(app)
+        assert "nothing was changed on this machine" in text
+        assert "flash-attn 2.8.3 skipped: torch is the CPU build" in text  # and in the Summary
+        assert "None" not in text
+
+
+async def test_secure_boot_summary_says_mok_enrolment_waits_at_the_reboot():
+    from app.tui.controllers import SummaryController
+    from steps import events as ev
+
+    app = WizardApp(dry_session("fresh-h100x8-ubuntu2204"))
+    model = app.model
+    model.dry_run = False
+    model.handle(ev.Finished(code=10, result="reboot", summary="paused for a reboot"))
+    todo = "\n".join(SummaryController(app.session, model).todo())
+    assert "sudo mokutil --import" in todo and "Enroll MOK" in todo
+    assert "sudo mlsetup" in todo and "Resume screen" in todo

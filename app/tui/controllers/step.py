@@ -75,7 +75,19 @@ class StepController:
 
     def set(self, spec: FieldSpec, raw: str) -> str | None:
         """Apply what was typed; the reason it is refused, or None."""
-        return self.session.set_value(spec.key, parse_value(raw, spec.kind))
+        value = parse_value(raw, spec.kind)
+        if (
+            spec.key == "torch.cuda"
+            and value not in ("auto", "cpu")
+            and not self.session.facts.gpus
+        ):
+            # the probe's own warning says torch is the CPU build here: keep the plan saying so
+            return (
+                f'torch.cuda = "{value}": no NVIDIA GPU on this machine, so a CUDA build could '
+                "not use one; allowed here: auto, cpu (an answers file for GPU servers may name "
+                f"{value})"
+            )
+        return self.session.set_value(spec.key, value)
 
     def addable(self) -> list[str]:
         have = {e.name for e in self.session.answers.extensions}

@@ -77,11 +77,16 @@ class WizardScreen(Screen):
                 button.focus()
                 return
 
-    async def on_screen_resume(self) -> None:
+    def on_screen_resume(self) -> None:
         if self._shown and self.RECOMPUTE:
+            # after the pops of a jump settle: a screen passed through on the way is left alone
+            self.call_after_refresh(self._recompute)
+        self._shown = True
+
+    async def _recompute(self) -> None:
+        if self.app.screen is self and self.is_attached:
             await self.recompose()
             self.focus_default()
-        self._shown = True
 
     def action_page(self, direction: int) -> None:
         for body in self.query("#body"):

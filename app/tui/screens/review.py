@@ -54,8 +54,10 @@ class ReviewScreen(WizardScreen):
             yield self.keys_hint()
 
     def focus_default(self) -> None:
-        button = self.query_one("#next", Button)
-        (button if not button.disabled else self.query_one("#save", Button)).focus()
+        for button in self.query("#next, #save").results(Button):
+            if not button.disabled:
+                button.focus()
+                return
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
