@@ -204,7 +204,7 @@ async def test_after_a_failed_build_change_an_answer_and_retry_from_the_failed_s
         first_run = app.model.run_id
         await pilot.press("r")  # back to the failed step, inside the wizard
         await pilot.pause()
-        assert app.screen.name == "extensions", app.error and open(app.error.log).read()
+        assert app.screen.name == "extensions", app.error and app.error.log.read_text()
         jobs = next(f for f in app.screen.query("ChoiceField") if f.spec.key == "build.max_jobs")
         jobs.enter("2")
         await pilot.pause()
