@@ -37,9 +37,10 @@ def build_time(target: BuildTarget, cores: int | None) -> str:
     if measured is None:
         return "time not measured for this extension"
     minutes, on = measured
-    jobs = max(1, min(target.max_jobs, cores or 1))
+    # more jobs than were measured are not counted as faster: the longest objects set the pace
+    jobs = max(1, min(target.max_jobs, cores or 1, on))
     estimate = minutes * len(target.compute_capabilities) * on / jobs
-    return f"about {estimate:.0f} min ({minutes:g} min measured for one arch on {on} cores)"
+    return f"about {estimate:.0f} min ({minutes:g} min measured for one arch, {on} jobs)"
 
 
 class ConfirmController:
