@@ -131,8 +131,10 @@ class StepScreen(WizardScreen):
         return super().check_action(action, parameters)
 
     def action_add(self) -> None:
+        """`a`: straight to the version box (the name list, one Shift+Tab back, starts on the
+        first extension mlsetup knows)."""
         if self.controller.name == "extensions" and self.query("#add-version"):
-            self.query_one("#add-name", Select).focus()
+            self.query_one("#add-version", Input).focus()
 
     @on(Button.Pressed, "#add")
     @on(Input.Submitted, "#add-version")
