@@ -219,3 +219,45 @@ async def test_after_a_failed_build_change_an_answer_and_retry_from_the_failed_s
         assert app.model.run_id != first_run
         done = {a.id: a.status for a in app.model.actions.values()}
         assert all(s in ("done", "already-done") for s in done.values()), done
+
+
+async def test_the_device_screenshot_script_attaches_to_a_running_apply(fake: FakeServer, tmp_path):
+    """tests/device/wizard_screens.py, as the lead runs it on the GPU server, here against the
+    fake server's apply (a slow toolkit install stands in for the compile)."""
+    import importlib.util
+
+    from tests.common import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "wizard_screens", REPO / "tests" / "device" / "wizard_screens.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fake.machine.driver_loaded("580.105.08")
+    fake.script({"apt-get cuda-toolkit-13-0": {"sleep": 3}})
+    engine = fake.popen("apply", "--answers", str(fake.answers), "--foreground")
+    try:
+        wait_for(lambda: fake.started("toolkit.install-13.0"))
+        out = tmp_path / "out"
+        args = script.parse(
+            [
+                "--out",
+                str(out),
+                "--seconds",
+                "60",
+                "--every",
+                "1",
+                "--root",
+                str(fake.root),
+                "--sizes",
+                "80x24",
+            ]
+        )
+        assert await script.shoot(args) == 0
+    finally:
+        assert engine.wait(timeout=120) == 0
+    shots = sorted(out.glob("run-80x24-*.svg"))
+    assert len(shots) >= 2 and "Attached to the running setup" in shots[0].read_text().replace(
+        "&#160;", " "
+    )
+    assert "finished=done" in (out / "wizard-screens.txt").read_text()
