@@ -15,11 +15,11 @@ from textual.widgets import Input
 from app.tui.app import WizardApp
 from app.tui.session import Session
 from steps import events as ev
-from tests.fakemachine import FakeMachine
-from tests.tui import scenes
 from steps.answers import load_answers
 from steps.facts import load_facts
 from steps.rootfs import RootFS
+from tests.fakemachine import FakeMachine
+from tests.tui import scenes
 from tests.tui.helpers import dry_session, machine, wait_until
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
