@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import on, work
@@ -336,7 +337,9 @@ class WizardApp(App[int]):
 
     @on(EngineFeed.Event)
     def _engine_event(self, message: EngineFeed.Event) -> None:
-        event = message.event
+        self._guarded(self._take_event, message.event)
+
+    def _take_event(self, event: ev.Event) -> None:
         self.model.handle(event)
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_engine(event)
@@ -345,15 +348,29 @@ class WizardApp(App[int]):
 
     @on(EngineFeed.Lines)
     def _engine_lines(self, message: EngineFeed.Lines) -> None:
+        self._guarded(self._take_lines, message)
+
+    def _take_lines(self, message: EngineFeed.Lines) -> None:
         self.model.lines(message.action, message.lines)
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_lines(message)
 
     @on(EngineFeed.Lost)
     def _engine_lost(self, message: EngineFeed.Lost) -> None:
-        self.model.lost = message.why
+        self._guarded(self._take_lost, message.why)
+
+    def _take_lost(self, why: str) -> None:
+        self.model.lost = why
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_lost()
+
+    def _guarded(self, call: Callable[..., None], *args: object) -> None:
+        """Textual ends the app's own message loop after one of its handlers raises: an
+        exception while taking engine events goes to the error screen instead."""
+        try:
+            call(*args)
+        except Exception as exc:  # the error screen says what, and where the traceback is
+            self._handle_exception(exc)
 
     def _finished(self, event: ev.Finished) -> None:
         reboot = self.model.reboot

@@ -8,7 +8,6 @@ the screen to show the pane full-screen, `end` follows the output again.
 
 from __future__ import annotations
 
-import textwrap
 from collections import deque
 from collections.abc import Iterable
 
@@ -64,17 +63,16 @@ class LogView(Log):
             return lines
         out: list[str] = []
         for line in lines:
-            line = line.expandtabs()
-            if len(line) <= width:
-                out.append(line)
-                continue
-            out += textwrap.wrap(
-                line,
-                width,
-                subsequent_indent=self.INDENT,
-                replace_whitespace=False,
-                break_on_hyphens=False,
-            ) or [line[:width]]
+            if "\t" in line:
+                line = line.expandtabs()
+            # at a space in the second half of the row when there is one, else at the edge;
+            # slicing, not textwrap: a compiler prints thousands of long lines a second
+            while len(line) > width:
+                cut = line.rfind(" ", width // 2, width + 1)
+                cut = cut if cut > 0 else width
+                out.append(line[:cut])
+                line = self.INDENT + line[cut:].lstrip(" ")
+            out.append(line)
         return out
 
     def on_resize(self) -> None:
