@@ -78,7 +78,7 @@ def still(run_before):
         for screen in pilot.app.screen_stack:
             for box in screen.query(Input):
                 box.cursor_blink = False
-        await pilot.pause()
+        await pilot.pause(0.5)  # a long screen (Review at 120x40) is still being painted
 
     return steady
 
