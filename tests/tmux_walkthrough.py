@@ -57,7 +57,7 @@ class Walk:
         while True:
             text = self.screen()
             if re.search(pattern, text):
-                time.sleep(0.3)  # let the screen settle, then keep what a person sees
+                time.sleep(0.6)  # let the screen settle (focus too), then keep what a person sees
                 text = self.screen()
                 self.screens.append(text)
                 print(f"----- {pattern} -----\n{text}", flush=True)
@@ -66,6 +66,18 @@ class Walk:
                 print(f"----- timed out waiting for {pattern!r}; the screen: -----\n{text}")
                 raise SystemExit(1)
             time.sleep(0.2)
+
+    def pick_build(self, build: str) -> None:
+        """On the Venv screen, Continue focused: Shift+Tab up to "torch build", open the
+        dropdown, type the build's name (type-to-search), Enter. One key at a time: a loaded
+        machine may still be drawing the previous key (or recomputing the screen)."""
+        time.sleep(1.5)
+        for key in ("BTab", "BTab", "BTab", "Enter"):
+            self.keys(key)
+            time.sleep(0.4)
+        self.keys(build, literal=True)
+        time.sleep(0.6)
+        self.keys("Enter")
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
@@ -85,22 +97,36 @@ def walk(workdir: Path, facts: Path, size: str) -> None:
         w.wait(r"Python venv with PyTorch")
         w.keys("Enter")
         w.wait(r"CUDA extensions")
-        # add flash-attn 2.8.3: `a` focuses the extension list, Tab to the version box
+        # add flash-attn 2.8.3: `a` focuses the version box (flash-attn is the first name)
         w.keys("a")
-        w.keys("Tab")
+        time.sleep(1.0)  # digits typed before the version box has the focus would jump
         w.keys("2.8.3", literal=True)
         w.keys("Enter")
         w.wait(r"flash-attn 2.8.3: compute 12.0")
-        w.keys("Enter")
+        # jump back by number to Venv, choose cu128, Back: Toolkit recomputed (CUDA 12.8)
+        w.keys("4")
+        w.wait(r"torch: torch==\S+ \(cu130 build\)")
+        w.pick_build("cu128")
+        w.wait(r"cu128 build")
+        w.keys("Escape")
+        w.wait(r"Wanted: 12\.8; torch is built with CUDA 12\.8")
+        # forward by number to Venv again, back to auto; 2 to Driver; 6 to Review
+        w.keys("4")
+        w.wait(r"torch: torch==\S+ \(cu128 build\)")
+        w.pick_build("auto")
+        w.wait(r"cu130 build")
+        w.keys("2")  # the dropdown (closed) has the focus: number keys jump
+        w.wait(r"to run torch's CUDA 13\.0")
+        w.keys("6")
         review = w.wait(r"The plan: \d+ action\(s\) to run")
         shown = int(re.search(r"The plan: (\d+) action", review).group(1))
         w.keys("F1")
-        w.wait(r"Keys \(also shown")
+        w.wait(r"Help: The plan")
         w.keys("Escape")
         w.wait(r"The plan:")
         w.keys("Enter")
-        run = w.wait(r"finished: done \(exit 0\)")
-        assert "dry run: nothing is executed" in run, run
+        run = w.wait(r"dry run finished: nothing was changed \(exit 0\)")
+        assert "nothing was changed" in run, run
         w.keys("Enter")
         w.wait(rf"Dry run complete: {shown} action\(s\) would run")
         w.keys("C-s")

@@ -11,20 +11,33 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.message import Message
-from textual.worker import get_current_worker
+from textual.scrollbar import ScrollBar
+from textual.worker import WorkerFailed, get_current_worker
 
-from app.tui.controllers import SummaryController
+from app.tui import errors
+from app.tui.controllers import ConfirmController, SummaryController
+from app.tui.controllers.todo import reboot_lines
 from app.tui.feed import EngineFeed, engine_log_tail, follow_run
 from app.tui.glyphs import Glyphs, plain_terminal
+from app.tui.plain import AsciiFilter, AsciiScrollBarRender, to_ascii
 from app.tui.runmodel import RunModel
+from app.tui.screens.base import JUMPS, WizardScreen
 from app.tui.screens.machine import MachineScreen
-from app.tui.screens.modals import HelpScreen, RebootScreen, SaveScreen
+from app.tui.screens.modals import (
+    ConfirmScreen,
+    ErrorScreen,
+    HelpScreen,
+    RebootScreen,
+    SaveScreen,
+)
 from app.tui.screens.resume import ResumeScreen
 from app.tui.screens.review import ReviewScreen
 from app.tui.screens.run import RunScreen
@@ -42,13 +55,6 @@ from steps.service import start_detached
 from steps.state import State
 
 FLUSH_INTERVAL = 1 / 20  # seconds between two batches of output lines
-NEXT = {
-    "machine": "driver",
-    "driver": "toolkit",
-    "toolkit": "venv",
-    "venv": "extensions",
-    "extensions": "review",
-}
 
 
 class WizardApp(App[int]):
@@ -114,6 +120,8 @@ class WizardApp(App[int]):
         self.engine_how: str | None = None
         self.reboot_asked = False
         self.clock = time.time  # what "running 2m10s" counts from (tests pin it)
+        self.error: errors.WizardError | None = None  # the last one shown
+        self._scrollbars = ScrollBar.renderer
         if self.glyphs.plain:
             self.ansi_color = True
 
@@ -126,6 +134,7 @@ class WizardApp(App[int]):
     def on_mount(self) -> None:
         if self.glyphs.plain:
             self.add_class("-plain")
+            ScrollBar.renderer = AsciiScrollBarRender
         self.set_interval(FLUSH_INTERVAL, self.feed.flush)
         if self.opening == "attach":
             self.attach()
@@ -134,11 +143,61 @@ class WizardApp(App[int]):
         else:
             self.push_screen(MachineScreen())
 
-    # -- navigation ---------------------------------------------------------------------------
+    def on_unmount(self) -> None:
+        ScrollBar.renderer = self._scrollbars
+
+    def get_line_filters(self) -> list[LineFilter]:
+        filters = list(super().get_line_filters())
+        return [*filters, AsciiFilter()] if self.glyphs.plain else filters
+
+    def get_key_display(self, binding: Binding) -> str:
+        shown = super().get_key_display(binding)
+        return to_ascii(shown.replace("\u23ce", "enter")) if self.glyphs.plain else shown
+
+    # -- navigation: a stack of step screens, each recomputed when it is shown again ----------
+
+    @staticmethod
+    def make_screen(step: str) -> WizardScreen:
+        if step == "machine":
+            return MachineScreen()
+        return ReviewScreen() if step == "review" else StepScreen(step)
 
     def next_from(self, where: str) -> None:
-        target = NEXT[where]
-        self.push_screen(ReviewScreen() if target == "review" else StepScreen(target))
+        self.push_screen(self.make_screen(JUMPS[JUMPS.index(where) + 1]))
+
+    def can_jump(self) -> bool:
+        """Not while the engine runs: its screen stays until the run ends."""
+        return self.engine_how is None or self.model.done
+
+    def jump(self, step: str) -> None:
+        """Show `step`: back to it if it is on the stack (it recomputes), else forward through
+        the steps in between, so Back walks them in order."""
+        if not self.can_jump():
+            self.notify("the run is going on: its screen stays until it ends", timeout=5)
+            return
+        on_stack = [getattr(s, "STEP", "") for s in self.screen_stack]
+        if step in on_stack:
+            while getattr(self.screen, "STEP", "") != step:
+                self.pop_screen()
+            return
+        known = [JUMPS.index(n) for n in on_stack if n in JUMPS]
+        start = max(known) + 1 if known else 0
+        for name in JUMPS[start : JUMPS.index(step) + 1]:
+            self.push_screen(self.make_screen(name))
+
+    def rebuild(self, step: str) -> None:
+        """Fresh screens from Machine to `step`, from the answers (after an error)."""
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        for name in JUMPS[: JUMPS.index(step) + 1]:
+            self.push_screen(self.make_screen(name))
+
+    def retry(self) -> None:
+        """After a failed run: back to the failed step's screen to change an answer; Apply
+        then runs again from there (what is done stays done)."""
+        failed = self.model.failed
+        if failed is not None and self.model.done:
+            self.jump(failed.step if failed.step in JUMPS else "review")
 
     def show_summary(self) -> None:
         self.push_screen(SummaryScreen())
@@ -148,8 +207,38 @@ class WizardApp(App[int]):
         self.push_screen(self.run_screen)
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+        screen = self.screen
+        if isinstance(screen, (HelpScreen, ErrorScreen)):
+            return
+        text = screen.help_text() if isinstance(screen, WizardScreen) else ""
+        title = screen.heading() if isinstance(screen, WizardScreen) else "mlsetup"
+        self.push_screen(HelpScreen(title, text, log_keys=isinstance(screen, RunScreen)))
+
+    # -- a failure in the wizard itself: the error screen, never a traceback -----------------
+
+    def _handle_exception(self, error: Exception) -> None:
+        if isinstance(self.screen, ErrorScreen) or not self.is_running:
+            super()._handle_exception(error)  # the error screen itself failed: give up
+            return
+        cause = error.error if isinstance(error, WorkerFailed) else error
+        where = getattr(self.screen, "STEP", "") or "review"
+        try:
+            self.error = errors.record(self.session, cause)
+            self.push_screen(
+                ErrorScreen(self.error.what, self.error.lines()),
+                lambda answer: self._after_error(answer, where),
+            )
+        except Exception:  # nothing more can be shown: Textual's own report
+            super()._handle_exception(error)
+
+    def _after_error(self, answer: str | None, where: str) -> None:
+        if answer == "quit":
+            self.exit(1, message=f"mlsetup: {self.error.what if self.error else 'error'}")
+            return
+        running = self.engine_how is not None and not self.model.done
+        if running and self.run_screen is not None:
+            return  # the engine goes on: stay on its screen
+        self.rebuild(where if where in JUMPS else "review")
 
     def action_save_answers(self) -> None:
         if isinstance(self.screen, SummaryScreen):
@@ -168,8 +257,22 @@ class WizardApp(App[int]):
 
     # -- starting the engine ------------------------------------------------------------------
 
+    def ask_to_apply(self) -> None:
+        """Review's Apply: a dry run starts at once; a real one only after the operator read
+        what will change and chose Apply (Cancel has the focus)."""
+        c = ConfirmController(self.session)
+        if self.session.dry_run or not c.plan().actions:  # nothing will change
+            self.start_run()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.start_run()
+
+        self.push_screen(ConfirmScreen(c.headline(), c.sections(), self.glyphs["dot"]), answered)
+
     def start_run(self) -> None:
-        """Review → Run: the dry run in-process, or the real apply detached."""
+        """Review to Run: the dry run in-process, or the real apply detached."""
         self.model = RunModel(dry_run=self.session.dry_run)
         self._show_run()
         if self.session.dry_run:
@@ -234,7 +337,9 @@ class WizardApp(App[int]):
 
     @on(EngineFeed.Event)
     def _engine_event(self, message: EngineFeed.Event) -> None:
-        event = message.event
+        self._guarded(self._take_event, message.event)
+
+    def _take_event(self, event: ev.Event) -> None:
         self.model.handle(event)
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_engine(event)
@@ -243,15 +348,29 @@ class WizardApp(App[int]):
 
     @on(EngineFeed.Lines)
     def _engine_lines(self, message: EngineFeed.Lines) -> None:
+        self._guarded(self._take_lines, message)
+
+    def _take_lines(self, message: EngineFeed.Lines) -> None:
         self.model.lines(message.action, message.lines)
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_lines(message)
 
     @on(EngineFeed.Lost)
     def _engine_lost(self, message: EngineFeed.Lost) -> None:
-        self.model.lost = message.why
+        self._guarded(self._take_lost, message.why)
+
+    def _take_lost(self, why: str) -> None:
+        self.model.lost = why
         if self.run_screen is not None and self.run_screen.is_mounted:
             self.run_screen.on_lost()
+
+    def _guarded(self, call: Callable[..., None], *args: object) -> None:
+        """Textual ends the app's own message loop after one of its handlers raises: an
+        exception while taking engine events goes to the error screen instead."""
+        try:
+            call(*args)
+        except Exception as exc:  # the error screen says what, and where the traceback is
+            self._handle_exception(exc)
 
     def _finished(self, event: ev.Finished) -> None:
         reboot = self.model.reboot
@@ -261,7 +380,8 @@ class WizardApp(App[int]):
             self.reboot_asked = True
             self.push_screen(
                 RebootScreen(
-                    f"The NVIDIA driver is installed ({reboot.action}); it loads after a reboot."
+                    f"The NVIDIA driver is installed ({reboot.action}); it loads after a reboot.",
+                    reboot_lines(self.session)[1:],
                 ),
                 self._reboot_answer,
             )
@@ -274,8 +394,9 @@ class WizardApp(App[int]):
                 timeout=15,
             )
             if self.run_screen is not None:
+                dot = self.glyphs["dot"]
                 self.run_screen.query_one("#status").update(
-                    "paused for a reboot · next: sudo reboot, then: sudo mlsetup"
+                    f"paused for a reboot {dot} next: sudo reboot, then: sudo mlsetup"
                 )
             return
         self.reboot_now()

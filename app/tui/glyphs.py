@@ -34,6 +34,10 @@ class Glyphs:
             "bar": "█",
             "bar_empty": "░",
             "warn": "!",
+            "dot": "\u00b7",
+            "times": "\u00d7",
+            "more": "\u2026",
+            "rule": "\u2500\u2500",
         }
         ascii_ = {
             "pending": ".",
@@ -49,6 +53,10 @@ class Glyphs:
             "bar": "#",
             "bar_empty": "-",
             "warn": "!",
+            "dot": "-",
+            "times": "x",
+            "more": "...",
+            "rule": "--",
         }
         self._map = ascii_ if plain else fancy
 

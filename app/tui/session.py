@@ -154,7 +154,7 @@ class Session:
         """Change one answer; the reason it is refused (key, value, what is allowed), or None."""
         data = self.answers.model_dump(mode="json")
         _set_key(data, key, value)
-        return self._replace(data)
+        return self._replace(data, key)
 
     def add_extension(self, name: str, version: str) -> str | None:
         data = self.answers.model_dump(mode="json")
@@ -166,16 +166,24 @@ class Session:
         del data["extensions"][index]
         self._replace(data)
 
-    def _replace(self, data: dict[str, Any]) -> str | None:
+    def _replace(self, data: dict[str, Any], key: str = "") -> str | None:
         try:
             answers = Answers.model_validate(data)
-            choose(self.facts, answers)  # refusals that depend on the machine (GPUs, branch)
         except ValidationError as exc:
             lines = describe_validation_error("", exc).splitlines()[1:]
             return "\n".join(line.strip() for line in lines)
+        before, self.answers = self.answers, answers
+        # answers the model takes but the planner cannot use on this machine (a branch past what
+        # its GPUs support, proprietary modules on GH200) are refused the same way
+        try:
+            self.plan()
         except InputError as exc:
+            self.answers = before
             return str(exc)
-        self.answers = answers
+        except ValueError as exc:
+            self.answers = before
+            value = get_key(data, key) if key else ""
+            return f"{key} = {json.dumps(value)}: {' '.join(str(exc).split())}"
         return None
 
     # -- files --------------------------------------------------------------------------------
@@ -249,5 +257,3 @@ class Session:
 
 def default_save_path() -> str:
     return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
-
-

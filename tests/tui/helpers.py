@@ -71,3 +71,17 @@ async def walk_to_review(pilot: Pilot) -> None:
         await pilot.press("enter")
         await pilot.pause()
     assert type(app.screen).__name__ == "ReviewScreen"
+
+
+async def apply_confirmed(pilot: Pilot) -> str:
+    """Review's Apply, then the confirmation: Cancel has the focus, Tab and Enter apply.
+    Returns the confirmation's text."""
+    await pilot.press("enter")
+    await pilot.pause()
+    app = pilot.app
+    assert type(app.screen).__name__ == "ConfirmScreen", type(app.screen).__name__
+    assert app.focused is not None and app.focused.id == "cancel"
+    text = shown(app)
+    await pilot.press("tab", "enter")
+    await pilot.pause()
+    return text

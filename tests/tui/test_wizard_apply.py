@@ -14,7 +14,7 @@ from app.tui.session import Session
 from steps import events as ev
 from steps.knowledge import knowledge
 from tests.harness import DRIVER_STEP, FakeServer, mode, wait_for
-from tests.tui.helpers import Recorder, shown, wait_until, walk_to_review
+from tests.tui.helpers import Recorder, apply_confirmed, shown, wait_until, walk_to_review
 from tests.wheels import STANDIN_TORCH
 
 
@@ -47,7 +47,10 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
         assert "NVIDIA H200" in text and "nouveau driver is loaded" in text
         await walk_to_review(pilot)
         assert "(reboot after)" in shown(app)
-        await pilot.press("enter")  # Apply
+        confirm = await apply_confirmed(pilot)
+        assert "nvidia-open" in confirm and "linux-headers-" in confirm  # the apt packages
+        assert "CUDA 13.0 to /usr/local/cuda-13.0" in confirm
+        assert "Reboot (reboot.policy ask)" in confirm
         # the stand-in driver step is quick: the reboot question may already sit over the Run screen
         assert any(isinstance(screen, RunScreen) for screen in app.screen_stack)
         end = await finished(pilot, app)
@@ -148,7 +151,7 @@ async def test_failing_build_shows_the_diagnosis_and_next_command_above_the_log(
     app = WizardApp(session(fake))
     async with app.run_test(size=(120, 40)) as pilot:
         await walk_to_review(pilot)
-        await pilot.press("enter")
+        await apply_confirmed(pilot)
         end = await finished(pilot, app)
         assert end.code == 1
         failed = app.model.failed
@@ -184,3 +187,78 @@ async def test_plain_sudo_mlsetup_attaches_to_a_running_apply(fake: FakeServer):
             assert app.model.actions["toolkit.install-13.0"].status == "done"
     finally:
         assert engine.wait(timeout=120) == 0
+
+
+async def test_after_a_failed_build_change_an_answer_and_retry_from_the_failed_step(
+    fake: FakeServer,
+):
+    fake.machine.driver_loaded("580.105.08")
+    setup = fake.base / "src" / "tinyext" / "setup.py"
+    working = setup.read_text()
+    setup.write_text("import sys\nprint('nvcc fatal: out of memory')\nsys.exit(1)\n")
+    app = WizardApp(session(fake))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await walk_to_review(pilot)
+        await apply_confirmed(pilot)
+        end = await finished(pilot, app)
+        assert end.code == 1 and app.model.failed.step == "extensions"
+        first_run = app.model.run_id
+        await pilot.press("r")  # back to the failed step, inside the wizard
+        await pilot.pause()
+        assert app.screen.name == "extensions", app.error and app.error.log.read_text()
+        jobs = next(f for f in app.screen.query("ChoiceField") if f.spec.key == "build.max_jobs")
+        jobs.enter("2")
+        await pilot.pause()
+        assert app.session.answers.build.max_jobs == 2
+        assert "MAX_JOBS=2" in shown(app)
+        setup.write_text(working)  # what the operator fixed meanwhile
+        await pilot.press("6")
+        await pilot.pause()
+        await apply_confirmed(pilot)
+        end = await finished(pilot, app)
+        assert end.code == 0, app.model.failed
+        assert app.model.run_id != first_run
+        done = {a.id: a.status for a in app.model.actions.values()}
+        assert all(s in ("done", "already-done") for s in done.values()), done
+
+
+async def test_the_device_screenshot_script_attaches_to_a_running_apply(fake: FakeServer, tmp_path):
+    """tests/device/wizard_screens.py, as the lead runs it on the GPU server, here against the
+    fake server's apply (a slow toolkit install stands in for the compile)."""
+    import importlib.util
+
+    from tests.common import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "wizard_screens", REPO / "tests" / "device" / "wizard_screens.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fake.machine.driver_loaded("580.105.08")
+    fake.script({"apt-get cuda-toolkit-13-0": {"sleep": 3}})
+    engine = fake.popen("apply", "--answers", str(fake.answers), "--foreground")
+    try:
+        wait_for(lambda: fake.started("toolkit.install-13.0"))
+        out = tmp_path / "out"
+        args = script.parse(
+            [
+                "--out",
+                str(out),
+                "--seconds",
+                "60",
+                "--every",
+                "1",
+                "--root",
+                str(fake.root),
+                "--sizes",
+                "80x24",
+            ]
+        )
+        assert await script.shoot(args) == 0
+    finally:
+        assert engine.wait(timeout=120) == 0
+    shots = sorted(out.glob("run-80x24-*.svg"))
+    assert len(shots) >= 2 and "Attached to the running setup" in shots[0].read_text().replace(
+        "&#160;", " "
+    )
+    assert "finished=done" in (out / "wizard-screens.txt").read_text()

@@ -5,16 +5,17 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
 from app.tui.controllers import MachineController
-from app.tui.screens.base import WizardScreen
+from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import Section
 
 
 class MachineScreen(WizardScreen):
-    TRAIL = "Machine"
+    STEP = "machine"
+    RECOMPUTE = True  # the warnings follow the answers (the plan's own)
     BINDINGS = [Binding("enter", "next", "Continue", priority=False)]  # noqa: RUF012
 
     def __init__(self) -> None:
@@ -24,16 +25,19 @@ class MachineScreen(WizardScreen):
     def heading(self) -> str:
         return f"What the probe found on {self.wizard.session.machine_label}"
 
+    def help_text(self) -> str:
+        return self.controller.help()
+
     def body(self) -> ComposeResult:
-        rows = self.controller.rows()
+        g = self.wizard.glyphs
+        rows = self.controller.rows(times=g["times"])
         width = max(len(k) for k, _ in rows) + 2
         table = "\n".join(f"{k:<{width}}{v}" for k, v in rows)
         warnings = self.controller.warnings()
-        warn = self.wizard.glyphs["warn"]
-        with VerticalScroll(id="body"):
+        with Body(id="body"):
             yield Section("Machine", Static(table, id="facts", markup=False))
             if warnings:
-                text = "\n".join(f"{warn} {w}" for w in warnings)
+                text = "\n".join(f"{g['warn']} {w}" for w in warnings)
                 yield Section(
                     f"Warnings ({len(warnings)})",
                     Static(text, id="warnings", markup=False),
@@ -44,9 +48,6 @@ class MachineScreen(WizardScreen):
         with Horizontal(id="buttons"):
             yield Button("Continue", id="next", variant="primary")
             yield self.keys_hint()
-
-    def on_mount(self) -> None:
-        self.query_one("#next", Button).focus()
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:

@@ -1,4 +1,5 @@
-"""Help, "Reboot now?", and Save answers (from any screen)."""
+"""Dialogs over any screen: Help (written for that screen), Apply? (what will change, Cancel
+focused), the error screen (a worker's exception), Reboot now?, and Save answers."""
 
 from __future__ import annotations
 
@@ -10,39 +11,22 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from app.tui.session import default_save_path
+from app.tui.widgets.fields import Section
 
-HELP = """\
-mlsetup takes this server to a working ML stack: NVIDIA driver, CUDA toolkit(s), a Python
-venv with PyTorch, CUDA extensions built from source. Nothing runs until you choose Apply
-(or the dry run) on the Review screen; every command is shown first.
+KEYS = """\
+Keys
+  Enter        press the focused button (Continue is focused on each step)
+  Tab, S-Tab   move between fields and buttons; the focused one is drawn reversed
+  1-6          jump to Machine, Driver, Toolkit, Venv, Extensions, Review
+  Esc          back one screen (closes this help)
+  ctrl+s       save the answers (replay: sudo mlsetup apply --answers FILE)
+  ctrl+q       quit: a running setup goes on in the background (sudo mlsetup follows it)"""
 
-Screens
-  Machine     what the probe found, and every warning
-  Driver … Extensions
-              what is already there, your choices, the exact commands
-  Review      the whole plan; Apply starts it in the background
-  Run         live output of each action, the memory gauge during a build
-  Summary     smoke test, logs, how to use the venv, Save answers
-
-Keys (also shown at the bottom of each screen)
-  Enter       continue / press the focused button
-  Tab, S-Tab  move between fields and buttons (the mouse works too)
-  Esc         back (closes this help)
-  ctrl+s      save the answers to a file (replay: sudo mlsetup apply --answers FILE)
-  ?  F1       this help
-  ctrl+q      quit: a running setup goes on in the background
-              (follow it again with: sudo mlsetup)
-
+LOG_KEYS = """\
 In the log pane
-  ↑ ↓ PgUp PgDn   scroll           End   follow the output again
-  /               search           n N   next / previous match
-  f               full-screen log  [ ]   previous / next action
-
-Fields are checked as you leave them: a refused value says which key, what you typed and
-what is allowed, and the plan on the right changes as soon as a value is accepted.
-Without a colour terminal set NO_COLOR=1; on the Linux console (TERM=linux) the wizard
-draws with plain ASCII.
-"""
+  Up Down PgUp PgDn  scroll        End  follow the output again
+  /  search          n N  next / previous match
+  f  full-screen log [ ]  previous / next action"""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -52,15 +36,100 @@ class HelpScreen(ModalScreen[None]):
         Binding("f1", "dismiss", "Close", show=False),
     ]
 
+    def __init__(self, title: str, text: str, log_keys: bool = False) -> None:
+        super().__init__()
+        self.title_text = title
+        self.text = text
+        self.log_keys = log_keys
+
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="help"):
-            yield Static("Help", classes="dialog-title")
-            with VerticalScroll():
-                yield Static(HELP, id="help-text", markup=False)
+            yield Static(f"Help: {self.title_text}", classes="dialog-title", markup=False)
+            with VerticalScroll(id="help-body", can_focus=False):
+                keys = KEYS + ("\n\n" + LOG_KEYS if self.log_keys else "")
+                yield Static(f"{self.text}\n\n{keys}", id="help-text", markup=False)
             yield Static("Esc closes", classes="dialog-hint")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Apply? Lists what will change on this machine; Cancel has the focus, so Enter alone
+    never starts an install."""
+
+    BINDINGS = [Binding("escape", "answer(False)", "Cancel")]  # noqa: RUF012
+
+    def __init__(self, headline: str, sections: list[tuple[str, list[str]]], bullet: str) -> None:
+        super().__init__()
+        self.headline = headline
+        self.sections = sections
+        self.bullet = bullet
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="confirm"):
+            yield Static(self.headline, classes="dialog-title", markup=False)
+            with VerticalScroll(id="confirm-body", can_focus=False):
+                for title, lines in self.sections:
+                    text = "\n".join(f"{self.bullet} {line}" for line in lines)
+                    yield Section(title, Static(text, markup=False))
+            yield Static(
+                "Tab to Apply, then Enter, starts it; it goes on if you quit.",
+                classes="dialog-hint",
+                markup=False,
+            )
+            with Horizontal(id="buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Apply", id="apply", variant="warning")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    @on(Button.Pressed, "#apply")
+    def _apply(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(False)
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class ErrorScreen(ModalScreen[str]):
+    """Something in the wizard failed: what, where the traceback is, what to run next. The
+    answers are kept; Back returns to the wizard (rebuilt from them), Quit leaves."""
+
+    BINDINGS = [  # noqa: RUF012
+        Binding("escape", "answer('back')", "Back to the wizard"),
+        Binding("ctrl+q", "answer('quit')", "Quit", priority=True),
+    ]
+
+    def __init__(self, what: str, lines: list[str]) -> None:
+        super().__init__()
+        self.what = what
+        self.lines = lines
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="error"):
+            yield Static("The wizard hit an error", classes="dialog-title")
+            yield Static(self.what, id="error-what", markup=False)
+            yield Static("\n".join(self.lines), id="error-lines", markup=False)
+            with Horizontal(id="buttons"):
+                yield Button("Back to the wizard", id="back", variant="primary")
+                yield Button("Quit", id="quit")
+
+    def on_mount(self) -> None:
+        for button in self.query("#back"):
+            button.focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id or "back")
+
+    def action_answer(self, what: str) -> None:
+        self.dismiss(what)
 
 
 class RebootScreen(ModalScreen[bool]):
@@ -72,19 +141,16 @@ class RebootScreen(ModalScreen[bool]):
         Binding("escape", "answer(False)", "Not now", show=False),
     ]
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, todo: list[str]) -> None:
         super().__init__()
         self.why = why
+        self.todo = todo
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Static("Reboot now?", classes="dialog-title")
             yield Static(self.why, id="reboot-why", markup=False)
-            yield Static(
-                "After the reboot, log in again and run: sudo mlsetup\n"
-                "It opens on the Resume screen and carries on from here.",
-                markup=False,
-            )
+            yield Static("\n".join(self.todo), id="reboot-todo", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Reboot now (y)", id="yes", variant="warning")
                 yield Button("Not now (n)", id="no")

@@ -6,17 +6,17 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
 from app.tui.controllers import ResumeController
-from app.tui.screens.base import WizardScreen
+from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import Section
 from steps.state import State
 
 
 class ResumeScreen(WizardScreen):
-    TRAIL = "Run"
+    STEP = "run"
     BINDINGS = [Binding("enter", "next", "Continue the setup")]  # noqa: RUF012
 
     def __init__(self, state: State) -> None:
@@ -31,7 +31,7 @@ class ResumeScreen(WizardScreen):
         g = self.wizard.glyphs
         done = c.done()
         pending = c.pending()
-        with VerticalScroll(id="body"):
+        with Body(id="body"):
             reboot = c.reboot_lines()
             if reboot:
                 yield Section("The reboot", Static("\n".join(reboot), id="reboot", markup=False))
@@ -59,12 +59,12 @@ class ResumeScreen(WizardScreen):
             yield Button("Continue", id="next", variant="primary")
             yield self.keys_hint()
 
-    def on_mount(self) -> None:
-        self.query_one("#next", Button).focus()
+    def help_text(self) -> str:
+        return self.controller.help()
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
         self.wizard.start_resume()
 
-    def action_back(self) -> None:
-        pass
+    def can_go_back(self) -> bool:
+        return False

@@ -1,21 +1,23 @@
-"""Review: the whole plan, in order, before anything runs; then Apply (or the dry run)."""
+"""Review: the whole plan, in order, before anything runs; then Apply (after a confirmation
+that lists what will change) or the dry run."""
 
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
 from app.tui.controllers import ReviewController
-from app.tui.screens.base import WizardScreen
+from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import Section
 from app.tui.widgets.plan import PlanView
 
 
 class ReviewScreen(WizardScreen):
-    TRAIL = "Review"
+    STEP = "review"
+    RECOMPUTE = True
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "next", "Run it"),
         Binding("ctrl+s", "app.save_answers", "Save answers"),
@@ -30,13 +32,16 @@ class ReviewScreen(WizardScreen):
         n = len(plan.actions)
         return f"The plan: {n} action(s) to run" if n else "The plan: nothing to do"
 
+    def help_text(self) -> str:
+        return self.controller.help()
+
     def body(self) -> ComposeResult:
         plan = self.controller.plan()
         g = self.wizard.glyphs
-        with VerticalScroll(id="body"):
+        with Body(id="body"):
             if plan.warnings:
                 text = "\n".join(f"{g['warn']} {w}" for w in plan.warnings)
-                yield Section("Warnings", Static(text, markup=False), classes="warnings")
+                yield Section("Refused or warned", Static(text, markup=False), classes="warnings")
             yield Section("Plan", PlanView(plan.steps, g, id="plan"))
             why = self.controller.why_not()
             if why:
@@ -48,9 +53,11 @@ class ReviewScreen(WizardScreen):
             yield Button("Back", id="back")
             yield self.keys_hint()
 
-    def on_mount(self) -> None:
-        button = self.query_one("#next", Button)
-        (button if not button.disabled else self.query_one("#save", Button)).focus()
+    def focus_default(self) -> None:
+        for button in self.query("#next, #save").results(Button):
+            if not button.disabled:
+                button.focus()
+                return
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
@@ -58,7 +65,7 @@ class ReviewScreen(WizardScreen):
         if why:
             self.notify(why, severity="error", timeout=8)
             return
-        self.wizard.start_run()
+        self.wizard.ask_to_apply()
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:

@@ -21,10 +21,11 @@ from steps.plan import STEP_ORDER
 
 
 class RunScreen(WizardScreen):
-    TRAIL = "Run"
+    STEP = "run"
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "back", "Back", show=False),
         Binding("enter", "next", "Summary"),
+        Binding("r", "retry", "Change an answer and retry"),
         Binding("slash", "search", "Search"),
         Binding("f", "full_screen", "Full log"),
         Binding("left_square_bracket", "show(-1)", "Prev action"),
@@ -58,7 +59,19 @@ class RunScreen(WizardScreen):
                 yield MemoryGauge(self.wizard.glyphs, id="gauge")
         yield Static("", id="status", markup=False)
 
+    def help_text(self) -> str:
+        return (
+            "Each action of the plan as it runs: the list on the left (from 110 columns), its "
+            "output in the log pane, its log file in the pane's title. While an extension "
+            "compiles, the gauge shows RAM in use, the jobs the governor lets run, and each "
+            "time it held jobs back to keep RAM under the limit.\n\n"
+            "A failure shows what failed, why, the next command and the log above the output; "
+            "r then goes back to the failed step to change an answer and apply again.\n"
+            "Quitting does not stop the run: sudo mlsetup follows it again."
+        )
+
     def on_mount(self) -> None:
+        self.query_one("#actions").border_title = "Actions"
         self.query_one("#failure").display = False
         self.redraw()
         self.query_one("#log-view").focus()
@@ -67,7 +80,11 @@ class RunScreen(WizardScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "next":
             return True if self.model.done else None
-        return True
+        if action == "retry":
+            return self.model.done and self.model.failed is not None
+        if action == "back":
+            return self.has_class("-full")
+        return super().check_action(action, parameters)
 
     # -- events from the app ------------------------------------------------------------------
 
@@ -94,7 +111,7 @@ class RunScreen(WizardScreen):
             text = getattr(event, "text", None) or getattr(event, "reason", None)
             if isinstance(event, ev.RebootNeeded):
                 text = f"{self.wizard.glyphs['reboot']} reboot needed: {event.next}"
-            self.query_one(LogPane).view.write_line(f"── {text}")
+            self.query_one(LogPane).append([f"{self.wizard.glyphs['rule']} {text}"])
         if isinstance(event, ev.Finished):
             self.refresh_bindings()
             self.query_one("#heading", Static).update(self._heading_text())
@@ -202,19 +219,22 @@ class RunScreen(WizardScreen):
 
     def _status(self) -> None:
         m = self.model
+        dot = self.wizard.glyphs["dot"]
         if m.lost:
             text = f"The engine stopped: {m.lost}"
         elif m.finished is not None:
             f = m.finished
-            text = f"finished: {f.result} (exit {f.code}) · Enter: summary"
+            text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
+            if m.dry_run:
+                text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
         elif m.current:
             view = m.actions.get(m.current)
             ran = m.elapsed(self.wizard.clock())
-            text = f"running {duration(ran)} · {view.title if view else m.current}"
+            text = f"running {duration(ran)} {dot} {view.title if view else m.current}"
         else:
-            text = "starting…"
-        if m.dry_run:
-            text = "dry run: nothing is executed · " + text
+            text = f"starting{self.wizard.glyphs['more']}"
+        if m.dry_run and m.finished is None:
+            text = f"dry run: nothing is executed {dot} " + text
         self.query_one("#status", Static).update(text)
 
     def _tick(self) -> None:
@@ -248,6 +268,7 @@ class RunScreen(WizardScreen):
     @on(LogPane.FullScreen)
     def _full(self) -> None:
         self.toggle_class("-full")
+        self.refresh_bindings()
 
     def action_next(self) -> None:
         if self.model.done:
@@ -256,3 +277,7 @@ class RunScreen(WizardScreen):
     def action_back(self) -> None:
         if self.has_class("-full"):
             self.remove_class("-full")
+            self.refresh_bindings()
+
+    def action_retry(self) -> None:
+        self.wizard.retry()

@@ -1,20 +1,22 @@
-"""Driver, Toolkit, Venv, Extensions: what is there, the choices, the exact commands."""
+"""Driver, Toolkit, Venv, Extensions: what is there, the choices, what was refused and why,
+the exact commands. Rebuilt from the answers each time the screen is shown."""
 
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers import StepController
-from app.tui.screens.base import WizardScreen
+from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import ChoiceField, Section
 from app.tui.widgets.plan import PlanView
 
 
 class StepScreen(WizardScreen):
+    RECOMPUTE = True
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "next", "Continue"),
         Binding("a", "add", "Add extension"),
@@ -23,7 +25,7 @@ class StepScreen(WizardScreen):
     def __init__(self, step: str) -> None:
         super().__init__(name=step)
         self.controller = StepController(self.wizard.session, step)
-        self.TRAIL = step.capitalize() if step != "venv" else "Venv"
+        self.STEP = step
 
     def heading(self) -> str:
         step = self.controller.step()
@@ -31,12 +33,21 @@ class StepScreen(WizardScreen):
         state = f"{mark} already satisfied: Enter skips it" if mark else "to do"
         return f"{self.controller.title}: {state}"
 
+    def help_text(self) -> str:
+        return self.controller.help()
+
     def body(self) -> ComposeResult:
         c = self.controller
-        with VerticalScroll(id="body"), Horizontal(id="columns"):
+        with Body(id="body"), Horizontal(id="columns"):
             with Vertical(id="left"):
                 yield Section(
                     "Already there", Static("\n".join(c.existing()), id="existing", markup=False)
+                )
+                yield Section(
+                    "Refused or warned",
+                    Static(self._warnings_text(), id="step-warnings", markup=False),
+                    id="warnings-box",
+                    classes="warnings" if c.warnings() else "warnings -empty",
                 )
                 with Section("Choices", id="choices"):
                     for spec in c.fields():
@@ -52,6 +63,10 @@ class StepScreen(WizardScreen):
             yield Button("Continue", id="next", variant="primary")
             yield Button("Back", id="back")
             yield self.keys_hint()
+
+    def _warnings_text(self) -> str:
+        warn = self.wizard.glyphs["warn"]
+        return "\n".join(f"{warn} {w}" for w in self.controller.warnings())
 
     def _extension_controls(self) -> ComposeResult:
         c = self.controller
@@ -72,13 +87,12 @@ class StepScreen(WizardScreen):
                 yield Button("Add", id="add", classes="small")
             yield Static("", id="add-error", classes="field-error", markup=False)
 
-    def on_mount(self) -> None:
-        self.query_one("#next", Button).focus()
-
     async def refresh_plan(self) -> None:
         c = self.controller
         await self.query_one("#commands", PlanView).show([c.step()])
         self.query_one("#existing", Static).update("\n".join(c.existing()))
+        self.query_one("#step-warnings", Static).update(self._warnings_text())
+        self.query_one("#warnings-box").set_class(not c.warnings(), "-empty")
         self.query_one("#heading", Static).update(self._heading_text())
 
     @on(ChoiceField.Changed)
@@ -112,11 +126,15 @@ class StepScreen(WizardScreen):
         self.action_back()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return self.controller.name == "extensions" if action == "add" else True
+        if action == "add":
+            return self.controller.name == "extensions"
+        return super().check_action(action, parameters)
 
     def action_add(self) -> None:
+        """`a`: straight to the version box (the name list, one Shift+Tab back, starts on the
+        first extension mlsetup knows)."""
         if self.controller.name == "extensions" and self.query("#add-version"):
-            self.query_one("#add-name", Select).focus()
+            self.query_one("#add-version", Input).focus()
 
     @on(Button.Pressed, "#add")
     @on(Input.Submitted, "#add-version")
@@ -128,11 +146,11 @@ class StepScreen(WizardScreen):
             self.query_one("#add-error", Static).update(why)
             return
         await self.recompose()
-        self.query_one("#next", Button).focus()
+        self.focus_default()
 
     @on(Button.Pressed, "Button.small")
     async def _remove(self, event: Button.Pressed) -> None:
         if event.button.id and event.button.id.startswith("remove-"):
             self.controller.remove(int(event.button.id.split("-")[1]))
             await self.recompose()
-            self.query_one("#next", Button).focus()
+            self.focus_default()

@@ -1,24 +1,25 @@
-"""Summary: the smoke test, where the logs are, the line to activate the venv, and Save
-answers (the file `mlsetup apply --answers` takes, to replay on other servers)."""
+"""Summary: the result, what the operator must still do, what was refused and why, the smoke
+test, where the logs are, and Save answers (the file `mlsetup apply --answers` takes)."""
 
 from __future__ import annotations
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Button, Input, Label, Static
 
 from app.tui.controllers import SummaryController
-from app.tui.screens.base import WizardScreen
+from app.tui.screens.base import Body, WizardScreen
 from app.tui.session import default_save_path
 from app.tui.widgets.fields import Section
 
 
 class SummaryScreen(WizardScreen):
-    TRAIL = "Summary"
+    STEP = "summary"
     BINDINGS = [  # noqa: RUF012
         Binding("ctrl+s", "save", "Save answers"),
+        Binding("r", "retry", "Change an answer and retry"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
@@ -29,16 +30,31 @@ class SummaryScreen(WizardScreen):
     def heading(self) -> str:
         return "Summary"
 
+    def help_text(self) -> str:
+        return self.controller.help()
+
     def body(self) -> ComposeResult:
         c = self.controller
-        with VerticalScroll(id="body"):
+        g = self.wizard.glyphs
+        with Body(id="body"):
             yield Section("Result", Static(c.result(), id="result", markup=False))
-            nxt = c.next_step()
-            if nxt:
+            todo = c.todo()
+            if todo:
                 yield Section(
-                    "Next", Static(nxt, id="next-command", markup=False), classes="warnings"
+                    "Still to do",
+                    Static("\n".join(todo), id="next-command", markup=False),
+                    classes="warnings",
                 )
-            yield Section("Smoke test", Static("running…", id="smoke", markup=False))
+            refused = c.refused()
+            if refused:
+                text = "\n".join(f"{g['warn']} {w}" for w in refused)
+                yield Section(
+                    "Refused or warned",
+                    Static(text, id="refused", markup=False),
+                    classes="warnings",
+                )
+            running = f"running{g['more']}"
+            yield Section("Smoke test", Static(running, id="smoke", markup=False))
             where = [f"Use the venv:  {c.activate()}"]
             logs = c.logs()
             if logs:
@@ -51,13 +67,17 @@ class SummaryScreen(WizardScreen):
                     yield Button("Save", id="save", classes="small")
                 yield Static("", id="saved", markup=False)
 
+    def focus_default(self) -> None:
+        self.query_one("#save", Button).focus()
+
     def on_mount(self) -> None:
-        self.query_one("#save-path", Input).focus()
+        super().on_mount()
         self.smoke()
 
     @work(thread=True, exclusive=True, group="smoke")
     def smoke(self) -> None:
-        lines = self.controller.smoke()
+        g = self.wizard.glyphs
+        lines = self.controller.smoke(ok=g["done"], bad=g["failed"])
         self.app.call_from_thread(self._smoked, lines)
 
     def _smoked(self, lines: list[str]) -> None:
@@ -72,6 +92,10 @@ class SummaryScreen(WizardScreen):
         if path is not None:
             self.wizard.post_message(self.wizard.AnswersSaved(path))
 
-    def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "retry":
+            return self.wizard.model.failed is not None
+        return super().check_action(action, parameters)
+
+    def action_retry(self) -> None:
+        self.wizard.retry()

@@ -110,11 +110,13 @@ def _dom_id(key: str) -> str:
     return "f-" + key.replace(".", "-").replace("[", "-").replace("]", "")
 
 
-TRAIL = ("Machine", "Driver", "Toolkit", "Venv", "Extensions", "Review", "Run", "Summary")
+TRAIL = ("machine", "driver", "toolkit", "venv", "extensions", "review", "run", "summary")
+JUMP_KEYS = 6  # the first six are reached with the number keys 1-6
 
 
 class Trail(Static):
-    """Where the operator is: Machine > Driver > ... > Summary, the current one highlighted."""
+    """Where the operator is: 1 Machine  2 Driver ... 6 Review  Run  Summary, the current one
+    in reverse video; the number before a step is the key that jumps to it."""
 
     def __init__(self, current: str, glyphs: Glyphs, note: str = "", **kwargs) -> None:
         super().__init__("", **kwargs)
@@ -123,15 +125,15 @@ class Trail(Static):
         self.note = note
 
     def on_mount(self) -> None:
-        sep = f" [$text-muted]{self.glyphs['sep']}[/] "
         words = []
-        for name in TRAIL:
+        for n, name in enumerate(TRAIL, 1):
+            label = (f"{n} " if n <= JUMP_KEYS else "") + name.capitalize()
             if name == self.current:
-                words.append(f"[reverse bold] {name} [/]")
+                words.append(f"[reverse bold]{label}[/]")
             else:
-                words.append(f"[$text-muted]{name}[/]")
+                words.append(f"[$text-muted]{label}[/]")
         note = f"  [$warning bold]{self.note}[/]" if self.note else ""
-        self.update(sep.join(words) + note)
+        self.update("  ".join(words) + note)
 
 
 class Section(Vertical):

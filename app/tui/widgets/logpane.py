@@ -8,6 +8,9 @@ the screen to show the pane full-screen, `end` follows the output again.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
+
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual import on
@@ -16,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Log, Static
+from typing_extensions import Self
 
 MAX_LINES = 2000
 
@@ -30,13 +34,58 @@ class SearchHighlighter(Highlighter):
 
 
 class LogView(Log):
-    """The scrolling text itself (Textual's line-based Log, with search highlights)."""
+    """The scrolling text itself (Textual's line-based Log, with search highlights). Lines
+    longer than the pane are wrapped, the rest of a line indented under its start, so the
+    end of a long line (a path, an error) is never cut off; a resize wraps them again."""
 
-    DEFAULT_CSS = "LogView { height: 1fr; }"
+    DEFAULT_CSS = "LogView { height: 1fr; overflow-x: hidden; }"
+    INDENT = "  "
 
     def __init__(self, max_lines: int, **kwargs) -> None:
-        super().__init__(max_lines=max_lines, highlight=True, **kwargs)
+        # the view holds wrapped rows: room for each kept line to wrap a few times
+        super().__init__(max_lines=max_lines * 4, highlight=True, **kwargs)
         self.highlighter = SearchHighlighter()
+        self.source: deque[str] = deque(maxlen=max_lines)  # the lines as they came
+        self.wrap_width = 0
+
+    def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> Self:
+        raw = [part for line in lines for part in (line.splitlines() or [""])]
+        self.source.extend(raw)
+        return super().write_lines(self._wrapped(raw), scroll_end)
+
+    def clear(self) -> Self:
+        self.source.clear()
+        return super().clear()
+
+    def _wrapped(self, lines: list[str]) -> list[str]:
+        width = self.wrap_width
+        if width < 20:
+            return lines
+        out: list[str] = []
+        for line in lines:
+            if "\t" in line:
+                line = line.expandtabs()
+            # at a space in the second half of the row when there is one, else at the edge;
+            # slicing, not textwrap: a compiler prints thousands of long lines a second
+            while len(line) > width:
+                cut = line.rfind(" ", width // 2, width + 1)
+                cut = cut if cut > 0 else width
+                out.append(line[:cut])
+                line = self.INDENT + line[cut:].lstrip(" ")
+            out.append(line)
+        return out
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width - 1  # room for the vertical scrollbar
+        if width == self.wrap_width:
+            return
+        self.wrap_width = width
+        kept = list(self.source)
+        follow = self.auto_scroll
+        super().clear()
+        super().write_lines(self._wrapped(kept))
+        if follow:
+            self.scroll_end(animate=False, immediate=True)
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Log measures each batch's widest line in a thread of its own; with thousands of lines
@@ -76,6 +125,9 @@ class LogPane(Vertical):
         self.dropped = 0
         self._match = -1
 
+    def on_mount(self) -> None:
+        self.border_title = "Log"
+
     def compose(self) -> ComposeResult:
         yield Static("", id="log-title", markup=False)
         yield LogView(self.max_lines, id="log-view")
@@ -106,24 +158,24 @@ class LogPane(Vertical):
     def append(self, lines: list[str], dropped: int = 0) -> None:
         self.dropped += dropped
         if dropped:
-            note = f"… {dropped} line(s) skipped here to keep up; they are in the log file"
+            note = f"... {dropped} line(s) skipped here to keep up; they are in the log file"
             lines = [note, *lines]
         self.view.write_lines(lines)
         self._status()
 
     @property
     def lines(self) -> list[str]:
-        return list(self.view.lines)
+        """The lines kept, as they came (the view shows them wrapped)."""
+        return list(self.view.source)
 
     def _status(self, extra: str = "") -> None:
-        count = self.view.line_count
         term = self.view.highlighter.term
-        parts = [f"{count} line(s) shown"]
+        parts = [f"{len(self.view.source)} line(s) shown"]
         if term:
             parts.append(f"search {term!r}: {len(self._matches(term))} match(es)")
         if extra:
             parts.append(extra)
-        self.query_one("#log-status", Static).update(" · ".join(parts))
+        self.query_one("#log-status", Static).update(" - ".join(parts))
 
     # -- search -------------------------------------------------------------------------------
 
@@ -167,7 +219,7 @@ class LogPane(Vertical):
             before = [m for m in matches if m < self._match]
             self._match = before[-1] if before else matches[-1]
         self.view.auto_scroll = False
-        self.view.scroll_to(y=max(0, self._match - 2), animate=False, immediate=True)
+        self.view.scroll_to(x=0, y=max(0, self._match - 2), animate=False, immediate=True)
 
     def action_next_match(self) -> None:
         term = self.view.highlighter.term

@@ -1,0 +1,110 @@
+"""Apply? What the plan will change on this machine, said before anything runs: packages,
+toolkits, the venv, builds with their expected time and RAM, and the reboot."""
+
+from __future__ import annotations
+
+from app.tui.controllers.answerfields import GIB
+from app.tui.controllers.todo import reboot_lines, reboots
+from app.tui.session import Session
+from steps.choices import BuildTarget
+from steps.plan import Action, Plan
+
+# Measured (DESIGN.md, "Measured on the H200 server"): flash-attn 2.8.3 for one arch (sm_90)
+# with the governor on 16 cores took 20 min 30 s. Compile time grows with the archs and falls
+# with the cores; a recipe not measured says so. (Belongs beside the recipe in
+# assets/extensions.toml once that file carries build times.)
+MEASURED_BUILD = {"flash-attn": (20.5, 16)}  # minutes for one arch, on that many cores
+
+
+def apt_packages(action: Action) -> list[str]:
+    """The packages an `apt-get install` action names (options and their values left out)."""
+    argv = action.argv
+    if not argv or argv[0] != "apt-get" or "install" not in argv:
+        return []
+    out, skip = [], False
+    for word in argv[argv.index("install") + 1 :]:
+        if skip:
+            skip = False
+        elif word == "-o":
+            skip = True
+        elif not word.startswith("-"):
+            out.append(word)
+    return out
+
+
+def build_time(target: BuildTarget, cores: int | None) -> str:
+    measured = MEASURED_BUILD.get(target.recipe.name)
+    if measured is None:
+        return "time not measured for this extension"
+    minutes, on = measured
+    # more jobs than were measured are not counted as faster: the longest objects set the pace
+    jobs = max(1, min(target.max_jobs, cores or 1, on))
+    estimate = minutes * len(target.compute_capabilities) * on / jobs
+    return f"about {estimate:.0f} min ({minutes:g} min measured for one arch, {on} jobs)"
+
+
+class ConfirmController:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def plan(self) -> Plan:
+        return self.session.plan()
+
+    def sections(self) -> list[tuple[str, list[str]]]:
+        """(title, lines) for each kind of change, in the order they happen."""
+        s = self.session
+        plan, c, f = self.plan(), s.choices(), s.facts
+        pending = {st.name: st for st in plan.steps if st.status == "pending"}
+        out: list[tuple[str, list[str]]] = []
+        packages = [p for a in plan.actions for p in apt_packages(a)]
+        if packages:
+            out.append(("System packages (apt)", [", ".join(dict.fromkeys(packages))]))
+        other = [
+            a.title
+            for st in pending.values()
+            for a in st.actions
+            if st.name == "driver" and a.argv[0] != "apt-get"
+        ]
+        if other:
+            out.append(("System files", other))
+        if "toolkit" in pending:
+            missing = [t for t in c.toolkits if f.toolkit(t) is None]
+            out.append(
+                (
+                    "CUDA toolkits",
+                    [f"CUDA {t} to /usr/local/cuda-{t} (beside any others)" for t in missing]
+                    or [pending["toolkit"].reason],
+                )
+            )
+        if "venv" in pending:
+            lines = [f"{a.title}" for a in pending["venv"].actions]
+            out.append((f"The venv {c.venv_path} (as {c.owner.name})", lines))
+        if "extensions" in pending:
+            lines = []
+            usable = self._build_ram()
+            for t in c.build_targets:
+                lines.append(
+                    f"{t.answer.name} {t.answer.version} for compute "
+                    f"{', '.join(t.compute_capabilities)}: {build_time(t, f.cpu.logical)}; "
+                    f"RAM up to {usable}, up to {t.max_jobs} jobs at once"
+                )
+            out.append(("Builds", lines or [pending["extensions"].reason]))
+        if reboots(plan):
+            out.append(("Reboot", reboot_lines(s)))
+        else:
+            out.append(("Reboot", ["No reboot is needed."]))
+        return out
+
+    def _build_ram(self) -> str:
+        m = self.session.facts.memory
+        build = self.session.answers.build
+        if m.available_bytes is None:
+            return "what the governor allows"
+        usable = m.available_bytes - build.reserve_bytes(m.total_bytes or m.available_bytes)
+        if (limit := build.limit_bytes()) is not None:
+            usable = min(usable, limit)
+        return f"{max(0, usable) / GIB:.0f} GiB (the governor keeps {build.memory_reserve} free)"
+
+    def headline(self) -> str:
+        n = len(self.plan().actions)
+        return f"Apply {n} action(s) to {self.session.machine_label}?"

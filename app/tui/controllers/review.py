@@ -1,0 +1,42 @@
+"""Review: the whole plan, in order, before anything runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.tui.session import Session
+from steps.plan import Plan
+
+
+class ReviewController:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def plan(self) -> Plan:
+        return self.session.plan()
+
+    def plan_json(self) -> dict[str, Any]:
+        return json.loads(self.plan().to_json())
+
+    def why_not(self) -> str | None:
+        return self.session.why_not_apply()
+
+    def help(self) -> str:
+        plan = self.plan()
+        n = len(plan.actions)
+        pending = [s.name for s in plan.steps if s.status == "pending"]
+        run = (
+            "The dry run walks the whole plan and executes no command."
+            if self.session.dry_run
+            else "Apply first lists what will change on this machine and asks; Cancel is "
+            "focused, so Enter alone starts nothing. The run goes on in the background if you "
+            "quit or the SSH session drops (follow it again with: sudo mlsetup)."
+        )
+        return (
+            f"The plan: {n} action(s) in the steps {', '.join(pending) or '(none)'}; the "
+            "others are already satisfied. Each action shows the exact command, and the "
+            "account it runs as (sudo -u).\n\n"
+            f"{run}\n\nctrl+s saves the answers: sudo mlsetup apply --answers FILE replays "
+            "this plan on another server. A number key (1-6) goes back to a step."
+        )
