@@ -21,8 +21,8 @@ import pytest
 from steps.events import RunStarted
 from tests.common import REPO
 from tests.harness import FakeServer, wait_for
-from tests.realhost.conftest import container_env, container_server, install_mlsetup, write_answers
 from tests.realhost.container import Container
+from tests.realhost.hosts import container_env, container_server, install_mlsetup, write_answers
 from tests.realhost.proxy import ConnectProxy
 
 pytestmark = pytest.mark.slow
