@@ -55,6 +55,19 @@ class SshFleet:
             "[ssh_connection]\npipelining = True\n"
         )
         self.walls: dict[str, float] = {}
+        self.after_check: dict[str, dict[str, object]] = {}
+
+    def untouched(self, host: str) -> dict[str, object]:
+        """What check mode must leave as it was on a host (seen right after that play)."""
+        server = self.servers[host]
+        return {
+            "commands run": server.calls(),
+            "mlsetup state": (server.root / "var/lib/mlsetup").exists(),
+            "answers copied": (server.root / "etc/mlsetup").exists(),
+            "venv": server.venv.exists(),
+            "reports": (self.controller / "reports").exists(),
+            "boots": self.containers[host].boots,
+        }
 
     def _inventory(self) -> dict:
         hosts = {}
@@ -114,6 +127,7 @@ def plays(fleet: SshFleet) -> dict[str, subprocess.CompletedProcess]:
     if runs["install"].returncode != 0:
         return runs
     runs["check"] = fleet.play("check", "--check")
+    fleet.after_check = {host: fleet.untouched(host) for host in HOSTS}
     runs["apply"] = fleet.play("apply")
     fleet.servers["gpu2"].script({})  # the operator fixed apt on gpu2
     runs["fixed"] = fleet.play("fixed")
@@ -135,17 +149,16 @@ def test_install_over_ssh(fleet: SshFleet, plays):
 def test_check_mode_plans_and_changes_nothing(fleet: SshFleet, plays):
     run = plays["check"]
     assert run.returncode == 0, shown(run)
-    for host, server in fleet.servers.items():
+    for host in HOSTS:
         assert recap(run)[host]["failed"] == 0 and recap(run)[host]["changed"] >= 1
         plan = json.loads((fleet.controller / "plans" / f"{host}.json").read_text())
         assert [s["status"] for s in plan["steps"]] == ["pending"] * 4
         facts = json.loads((fleet.controller / "facts" / f"{host}.json").read_text())
         assert facts["schema"] == "mlsetup.facts/1" and facts["driver"] is None
-        assert server.calls() == [], host  # no command ran on the host
-        assert not (server.root / "var/lib/mlsetup").exists()
-        assert not (server.root / "etc/mlsetup").exists()
-        assert fleet.containers[host].boots == 1
-    assert not (fleet.controller / "reports").exists()
+        assert fleet.after_check[host] == {
+            "commands run": [], "mlsetup state": False, "answers copied": False, "venv": False,
+            "reports": False, "boots": 1,
+        }, host
 
 
 def test_apply_reboots_each_host_and_fails_only_the_broken_one(fleet: SshFleet, plays):
