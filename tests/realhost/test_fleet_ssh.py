@@ -56,6 +56,7 @@ class SshFleet:
         )
         self.walls: dict[str, float] = {}
         self.after_check: dict[str, dict[str, object]] = {}
+        self.after: dict[str, dict[str, dict]] = {}
 
     def untouched(self, host: str) -> dict[str, object]:
         """What check mode must leave as it was on a host (seen right after that play)."""
@@ -105,11 +106,22 @@ class SshFleet:
         )
         self.walls[name] = time.monotonic() - t0
         TIMINGS[f"play {name}"] = self.walls[name]
-        (self.base / f"play-{name}.log").write_text(run.stdout + run.stderr)
+        # what this play left, for the test that looks at it after the later plays ran
+        self.after[name] = {host: self._left(host) for host in HOSTS}
         return run
 
-    def report(self, host: str) -> dict:
-        return json.loads((self.controller / "reports" / f"{host}.json").read_text())
+    def _left(self, host: str) -> dict:
+        path = self.controller / "reports" / f"{host}.json"
+        return {
+            "report": json.loads(path.read_text()) if path.exists() else None,
+            "boots": self.containers[host].boots,  # the container's: real reboots
+            "fake boots": boots(self.servers[host]),  # the fake machine's: the driver loaded
+        }
+
+    def report(self, play: str, host: str) -> dict:
+        report = self.after[play][host]["report"]
+        assert report is not None, f"no report of {host} after the {play} play"
+        return report
 
 
 @pytest.fixture(scope="module")
@@ -166,14 +178,15 @@ def test_apply_reboots_each_host_and_fails_only_the_broken_one(fleet: SshFleet, 
     assert run.returncode == 2, shown(run)  # a host failed
     counts = recap(run)
     assert counts["gpu1"]["failed"] == 0 and counts["gpu1"]["changed"] > 0, shown(run)
-    report = fleet.report("gpu1")
+    report = fleet.report("apply", "gpu1")
     assert report["result"] == "done" and report["changed"] is True
     assert "extensions.tinyext.build" in report["ran"]
     for host in HOSTS:  # paused for the driver: the role rebooted the container, then resumed
-        assert boots(fleet.servers[host]) == 1, host
-        assert fleet.containers[host].boots == 2, host
+        assert fleet.after["apply"][host]["fake boots"] == 1, host
+        assert fleet.after["apply"][host]["boots"] == 2, host
     assert counts["gpu2"]["failed"] == 1, shown(run)
-    failure = fleet.report("gpu2")["failure"]
+    assert fleet.report("apply", "gpu2")["result"] == "failed"
+    failure = fleet.report("apply", "gpu2")["failure"]
     assert failure["action"] == "toolkit.install-13.0" and failure["diagnosis"] == "apt-broken"
     assert "mlsetup failed on gpu2 in step toolkit, action toolkit.install-13.0 (exit 100)" in (
         run.stdout)
@@ -187,7 +200,7 @@ def test_the_fixed_host_installs_the_fleets_wheel_and_compiles_nothing(fleet: Ss
     counts = recap(run)
     assert counts["gpu1"]["changed"] == 0, shown(run)
     assert counts["gpu2"]["changed"] > 0 and counts["gpu2"]["failed"] == 0
-    report = fleet.report("gpu2")
+    report = fleet.report("fixed", "gpu2")
     assert report["result"] == "done" and report["ran"][0] == "toolkit.install-13.0"
     assert "extensions.tinyext.install-wheel" in report["ran"]
     assert "extensions.tinyext.build" not in report["ran"], report["ran"]
@@ -200,5 +213,7 @@ def test_a_second_apply_changes_nothing_on_either_host(fleet: SshFleet, plays):
     assert run.returncode == 0, shown(run)
     for host in HOSTS:
         assert recap(run)[host]["changed"] == 0, (host, shown(run))
-        assert fleet.report(host)["changed"] is False and fleet.report(host)["ran"] == []
-        assert fleet.containers[host].boots == 2
+        report = fleet.report("again", host)
+        assert report["result"] == "done", report
+        assert report["changed"] is False and report["ran"] == [], report
+        assert fleet.after["again"][host]["boots"] == 2
