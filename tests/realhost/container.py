@@ -46,14 +46,20 @@ class CannotBoot(Exception):
     """This machine cannot run the containers (the reason is the message)."""
 
 
+def tool(name: str) -> str | None:
+    """A program on PATH, or in the sbin directories a non-login root shell may lack."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
 def why_not() -> str | None:
     """Why real-host tests cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "systemd-nspawn and debootstrap need root (CI runs the suite as root)"
-    for tool, package in (("debootstrap", "debootstrap"), ("systemd-nspawn", "systemd-container"),
-                          ("ssh", "openssh-client")):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install {package}; tests/run.sh does as root)"
+    for program, package in (("debootstrap", "debootstrap"),
+                             ("systemd-nspawn", "systemd-container"), ("ssh", "openssh-client")):
+        if tool(program) is None:
+            return (f"{program} is not installed "
+                    f"(apt-get install {package}; tests/run.sh does as root)")
     return None
 
 
@@ -94,7 +100,7 @@ def build_image(log: Path | None = None) -> tuple[Path, float]:
         out = (log or work / "debootstrap.log").open("ab")
         with out:
             done = subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+                [str(tool("debootstrap")), "--variant=minbase", f"--include={','.join(PACKAGES)}",
                  SUITE, str(work / "root"), mirror],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=1500,
             )
@@ -173,8 +179,8 @@ class Container:
         (self.root / "root/.cache/pip").mkdir(parents=True, exist_ok=True)
 
     def _argv(self) -> list[str]:
-        argv = ["systemd-nspawn", "-D", str(self.root), "-b", "--register=no", "--keep-unit",
-                f"--machine={self.name}", "--console=read-only",
+        argv = [str(tool("systemd-nspawn")), "-D", str(self.root), "-b", "--register=no",
+                "--keep-unit", f"--machine={self.name}", "--console=read-only",
                 f"--bind={CACHE / 'pip'}:/root/.cache/pip"]
         argv += [f"--bind={path}" for path in self.binds]  # the same path inside
         return argv
