@@ -259,9 +259,7 @@ class Container:
     def ssh(self, command: str, timeout: float = 300, check: bool = True,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """A shell command line on the container, with `env` set for it."""
-        if env:
-            command = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + \
-                f" {command}"
+        command = with_env(command, env)
         done = subprocess.run(self.ssh_argv(command), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
         if check and done.returncode != 0:
@@ -270,11 +268,15 @@ class Container:
         return done
 
     def ssh_popen(self, command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        if env:
-            command = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + \
-                f" {command}"
-        return subprocess.Popen(self.ssh_argv(command), stdout=subprocess.PIPE,
+        return subprocess.Popen(self.ssh_argv(with_env(command, env)), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+
+
+def with_env(command: str, env: dict[str, str] | None) -> str:
+    """The remote command line with `env` set for it (sshd passes none of the caller's)."""
+    if not env:
+        return command
+    return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + f" {command}"
 
 
 def make_key(directory: Path) -> Path:
