@@ -324,21 +324,17 @@ def test_install_from_source_then_skip_the_same_version(tmp_path: Path):
     assert "Run install.sh" in again.stdout and "skipping: [box]" in again.stdout
 
 
-def test_invalid_answers_fail_the_host_with_mlsetups_message_not_an_old_report(tmp_path: Path):
+def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_path: Path):
+    """mlsetup's own validation runs on the controller: the host keeps its good answers, and the
+    controller keeps no report of an earlier play (none was written by this one)."""
     root = tmp_path / "root"
-    old = root / "var/lib/mlsetup/report.json"
-    old.parent.mkdir(parents=True)
-    stale = {
-        "schema": "mlsetup.report/1",
-        "result": "failed",
-        "code": 1,
-        "changed": False,
-        "ran": [],
-        "steps": [],
-        "log_dir": "",
-        "failure": {"what": "an old failure"},
-    }
-    old.write_text(json.dumps(stale))
+    good = root / "etc/mlsetup/answers.toml"
+    good.parent.mkdir(parents=True)
+    good.write_text("version = 1\n")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "box.json").write_text(json.dumps({"schema": "mlsetup.report/1",
+                                                  "result": "done", "what": "an old report"}))
     answers = tmp_path / "answers.toml"
     answers.write_text('version = 1\n[torch]\ncuda = "cu999"\n')
     inventory = tmp_path / "inventory.yml"
@@ -351,7 +347,7 @@ def test_invalid_answers_fail_the_host_with_mlsetups_message_not_an_old_report(t
         "mlsetup_environment": {"PYTHONPATH": str(REPO)},
         "mlsetup_root": str(root),
         "mlsetup_answers": str(answers),
-        "mlsetup_reports_dir": str(tmp_path / "reports"),
+        "mlsetup_reports_dir": str(reports),
         "mlsetup_poll": 1,
     }
     inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
@@ -366,8 +362,61 @@ def test_invalid_answers_fail_the_host_with_mlsetups_message_not_an_old_report(t
     )
     assert run.returncode == 2, shown(run)
     assert recap(run)["box"]["failed"] == 1
-    assert "mlsetup on box exited 2 (invalid input)" in run.stdout, shown(run)
-    assert "torch.cuda" in run.stdout and "cu999" in run.stdout
-    assert f"(copied from {answers} on the controller)" in run.stdout
-    assert "an old failure" not in run.stdout
-    assert not (tmp_path / "reports").exists()
+    assert "Check the answers file on the controller" in run.stdout
+    assert "torch.cuda" in run.stdout and "cu999" in run.stdout, shown(run)
+    assert "nothing was copied to the hosts" in run.stdout
+    assert good.read_text() == "version = 1\n"  # the host's answers are untouched
+    assert not (root / "var/lib/mlsetup").exists()  # mlsetup never ran there
+    assert not (reports / "box.json").exists()  # the earlier play's report is gone
+
+
+def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
+    """The operator's proxies and index reach install.sh's pip: with a dead index given in
+    mlsetup_environment the install fails, naming that index (pip tried it)."""
+    if os.geteuid() != 0:
+        pytest.skip("install.sh installs as root")
+    answers = tmp_path / "answers.toml"
+    answers.write_text("version = 1\n")
+    (tmp_path / "no-links").mkdir()
+    dead = "http://127.0.0.1:9/mlsetup-dead-index/simple"
+    box = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "mlsetup_answers": str(answers),
+        "mlsetup_prefix": str(tmp_path / "opt/mlsetup"),
+        "mlsetup_bindir": str(tmp_path / "bin"),
+        "mlsetup_dist_dir": str(tmp_path / "dist"),
+        "mlsetup_environment": {
+            "PIP_CONFIG_FILE": os.devnull,  # this machine's pip.conf has indexes of its own
+            "PIP_INDEX_URL": dead,
+            "PIP_FIND_LINKS": str(tmp_path / "no-links"),
+            "PIP_RETRIES": "0",
+            "PIP_TIMEOUT": "2",
+        },
+    }
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": box}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PIP_"))}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(
+        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), "--tags", "mlsetup_install"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 2, shown(run)
+    assert recap(run)["box"]["failed"] == 1
+    assert "Run install.sh" in run.stdout and "127.0.0.1:9" in run.stdout, shown(run)
+    assert not (tmp_path / "bin/mlsetup").exists()
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [("yamllint", ["--strict", "."]), ("ansible-lint", ["--offline", "--nocolor", "site.yml"])],
+)
+def test_the_role_is_lint_clean(tool: str, args: list[str]):
+    found = Path(sys.executable).parent / tool
+    if not found.exists():
+        pytest.skip(f"{tool} is a test extra: pip install -e .[test]")
+    run = subprocess.run([str(found), *args], cwd=REPO / "assets" / "ansible",
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]

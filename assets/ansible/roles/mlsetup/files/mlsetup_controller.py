@@ -5,8 +5,10 @@
       A reproducible source tarball of the mlsetup checkout at SOURCE (what install.sh
       installs from): the same files give the same bytes, so its sha256 says whether a host
       already runs exactly this source. -> {"tarball", "id", "version", "top"}
-  mlsetup_controller.py answers FILE
-      What the role needs to know from an answers file before it runs anything.
+  mlsetup_controller.py answers FILE SOURCE
+      The answers file checked by mlsetup's own validation (steps.answers of the checkout at
+      SOURCE, which needs pydantic and packaging in this Python), so a bad file stops the play
+      here, before anything is copied to a host; and what the role needs to know from it.
       -> {"wheelhouse", "reboot_policy"}
 
 Errors go to stderr with exit code 2.
@@ -92,30 +94,31 @@ def pack(source: Path, outdir: Path) -> dict:
     }
 
 
-def answers(path: Path) -> dict:
+def answers(path: Path, source: Path) -> dict:
+    sys.path.insert(0, str(source.resolve()))
+    try:  # from the checkout the hosts get, so both sides validate the same way
+        from steps.answers import load_answers
+        from steps.errors import InputError
+    except ImportError as exc:
+        fail(
+            f"cannot check {path} with mlsetup's own validation ({exc}): the controller's "
+            f"Python ({sys.executable}) needs mlsetup's dependencies (pip install pydantic "
+            "packaging), or set mlsetup_controller_python to the python of an mlsetup install"
+        )
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        fail(f"cannot read the answers file {path}: {exc.strerror}")
-    except tomllib.TOMLDecodeError as exc:
-        fail(f"{path}: not valid TOML: {exc}")
-    build = data.get("build", {})
-    reboot = data.get("reboot", {})
-    if not isinstance(build, dict) or not isinstance(reboot, dict):
-        fail(f"{path}: [build] and [reboot] must be tables")
-    return {
-        "wheelhouse": str(build.get("wheelhouse", "")),
-        "reboot_policy": str(reboot.get("policy", "ask")),
-    }
+        checked = load_answers(path)
+    except InputError as exc:
+        fail(f"{exc}\nnothing was copied to the hosts")
+    return {"wheelhouse": checked.build.wheelhouse, "reboot_policy": checked.reboot.policy}
 
 
 def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[0] == "pack":
         result = pack(Path(argv[1]), Path(argv[2]))
-    elif len(argv) == 2 and argv[0] == "answers":
-        result = answers(Path(argv[1]))
+    elif len(argv) == 3 and argv[0] == "answers":
+        result = answers(Path(argv[1]), Path(argv[2]))
     else:
-        fail("usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE")
+        fail("usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE SOURCE")
     print(json.dumps(result))
 
 

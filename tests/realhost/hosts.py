@@ -1,0 +1,68 @@
+"""Helpers for the real-host tests: mlsetup installed in a container, fake servers (the
+harness's) laid out for an engine that runs in one, and what an operator's session hands it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from tests.harness import SYSTEM_PATH, FakeServer
+from tests.realhost.container import Container
+
+# The container's python3 (Debian 12); the engine runs there, so the answers ask for it.
+CONTAINER_PYTHON = "/usr/bin/python3"
+CONTAINER_PYTHON_VERSION = "3.11"
+# Stand-ins the real hosts do not get: there the real systemd runs the units.
+REAL_IN_CONTAINER = ("systemctl", "systemd-run")
+# What the fixture adds to the suite, printed at its end (conftest.pytest_terminal_summary).
+TIMINGS: dict[str, float] = {}
+
+
+def install_mlsetup(container: Container, wheel: Path) -> None:
+    """mlsetup from the wheel into /opt/mlsetup in the container, its dependencies from PyPI
+    (pip's cache lives outside the checkout), linked where the resume unit runs it."""
+    t0 = time.monotonic()
+    container.ssh(
+        f"python3 -m venv /opt/mlsetup && /opt/mlsetup/bin/pip install --quiet "
+        f"--disable-pip-version-check {wheel} && ln -sfn /opt/mlsetup/bin/mlsetup "
+        "/usr/local/bin/mlsetup && cd / && mlsetup --version",
+        timeout=600,
+    )
+    TIMINGS["mlsetup install"] = TIMINGS.get("mlsetup install", 0.0) + time.monotonic() - t0
+
+
+def container_server(directory: Path, uv: Path) -> FakeServer:
+    """A fake server (tests/harness.py) for an engine in a container: its stand-ins run on the
+    container's python3, and systemctl / systemd-run are the container's own."""
+    directory.mkdir(parents=True)
+    server = FakeServer(directory, uv)
+    script = server.bin / "standin.py"
+    lines = script.read_text().splitlines(keepends=True)
+    script.write_text(f"#!{CONTAINER_PYTHON}\n" + "".join(lines[1:]))
+    for name in REAL_IN_CONTAINER:
+        (server.bin / name).unlink()
+    (server.root / "run/systemd/system").mkdir(parents=True)  # systemd is PID 1 there
+    write_answers(server)
+    return server
+
+
+def write_answers(server: FakeServer, **kwargs: str) -> None:
+    server.write_answers(**kwargs)
+    text = server.answers.read_text()
+    version = "{}.{}".format(*sys.version_info[:2])
+    server.answers.write_text(text.replace(f'python = "{version}"',
+                                           f'python = "{CONTAINER_PYTHON_VERSION}"'))
+
+
+def container_env(server: FakeServer, **extra: str) -> dict[str, str]:
+    """What an operator's sudo session hands mlsetup in the container."""
+    return {
+        "PATH": f"{server.bin}:{server.tools}:{SYSTEM_PATH}",
+        "HOME": "/root",
+        "SUDO_USER": "mluser",
+        "MLSETUP_EXTENSIONS_DIR": str(server.recipes),
+        "MLSETUP_DPKG_LOCK_TIMEOUT": "20",
+        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+        **extra,
+    }
