@@ -152,6 +152,7 @@ class TorchRelease:
     series: str  # "2.11"
     builds: tuple[str, ...]
     pythons: tuple[str, ...]
+    pypi_cuda: str = ""  # the CUDA of PyPI's plain Linux wheel ("13.0"); "" = unknown
 
     @property
     def requirement(self) -> str:
@@ -273,7 +274,8 @@ def knowledge() -> Knowledge:
             index_url=torch["index_url"],
             cuda_venv_bytes=torch["cuda_venv_mib"] * 2**20,
             releases=tuple(
-                TorchRelease(r["series"], tuple(r["builds"]), tuple(r["pythons"]))
+                TorchRelease(r["series"], tuple(r["builds"]), tuple(r["pythons"]),
+                             r.get("pypi_cuda", ""))
                 for r in torch["release"]
             ),
             builds={name: TorchBuild(name=name, **b) for name, b in torch["build"].items()},
