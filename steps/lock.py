@@ -84,7 +84,7 @@ def parse_pins(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
             current = canonicalize_name(m.group(1))
             pins[current] = m.group(2)
             via[current] = []
-        elif current and (v := _VIA.match(line)):
+        elif current and (v := _VIA.match(line)) and v.group(1) != "via":
             via[current].append(v.group(1))
     return pins, via
 

@@ -94,6 +94,8 @@ def resolve(facts: Facts, answers: Answers, run: RunCommand, workdir: Path,
             inputs: tuple[list[str], str, str, list[str], str]) -> Lock:
     """uv pip compile with each build in turn (best first) until one satisfies everything."""
     reqs, python, platform, builds, key = inputs
+    if answers.torch.index_url != "auto" and "{build}" not in answers.torch.index_url:
+        builds = builds[:1]  # one index for every build: one resolution says it all
     workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
     infile = workdir / "requirements.in"
     infile.write_text("\n".join(reqs) + "\n")
@@ -179,7 +181,8 @@ def stack_text(lock: Lock) -> str:
     others = [f"{n} {v}" for n, v in lock.packages.items() if canonicalize_name(n) != "torch"]
     shown = ", ".join(others[:12]) + (f" and {len(others) - 12} more" if len(others) > 12 else "")
     decided = f" (decided by {', '.join(lock.decided_by)})" if lock.decided_by else ""
-    return f"torch {lock.torch} ({lock.build}){decided}" + (f"; {shown}" if shown else "")
+    build = "" if "+" in lock.torch else f" ({lock.build})"  # PyPI's plain wheel: say which
+    return f"torch {lock.torch}{build}{decided}" + (f"; {shown}" if shown else "")
 
 
 def _create(choices: Choices) -> Action:

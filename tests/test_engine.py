@@ -146,7 +146,11 @@ def test_events_tell_the_whole_story(server: FakeServer):
     ended = [e.action for e in events if isinstance(e, ActionFinished)]
     assert started == ended
     assert not any(isinstance(e, (Failed, RebootNeeded)) for e in events)
-    assert json.loads(events[1].to_json())["kind"] == "plan"
+    # the stack is resolved first (its uv runs are actions too), then the plan, then the steps
+    kinds = [json.loads(e.to_json())["kind"] for e in events]
+    first_step = next(i for i, e in enumerate(events)
+                      if isinstance(e, ActionStarted) and not e.action.startswith("venv.resolve"))
+    assert kinds[0] == "run-start" and kinds.index("plan") < first_step
 
 
 def _engine_pid(server: FakeServer) -> int:

@@ -10,9 +10,9 @@ from steps.answers import answers_from_toml
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
+from steps.lock import Lock
 from steps.plan import STEP_ORDER
 from steps.planner import make_plan
-from steps.lock import Lock
 from steps.venvstate import VenvState
 from tests.common import MACHINES, run_cli
 
