@@ -64,6 +64,7 @@ from steps.state import (
     write_atomic,
 )
 from steps.venv import StackUnavailable, settle_lock
+from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, build_dir, publish
 
@@ -407,6 +408,10 @@ class Engine:
                 "Change torch.packages or torch.cuda as the message says, then run the apply "
                 "again."), code=EXIT_INPUT)
         except StackUnavailable as exc:
+            if self._venv_kept_unlocked(facts):
+                self.emit(Notice(text=f"{exc}; the venv already holds a torch and packages "
+                                      "that satisfy the answers: kept as it is, unlocked"))
+                return
             self._fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
                 "index-unreachable", "uv could not reach the package index to resolve the stack.",
                 "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
@@ -421,6 +426,12 @@ class Engine:
                               f"{len(self.lock.packages)} packages pinned with hashes"))
         if not self.req.dry_run:
             self._keep_lock(self.lock)
+
+    def _venv_kept_unlocked(self, facts: Facts) -> bool:
+        """An offline machine whose venv already satisfies the answers (an image with torch)."""
+        choices = choose(facts, self.req.answers)
+        venv = probe_venv(self.fs, choices.venv_path)
+        return venv_unlocked_ok(venv, self.req.answers, choices)
 
     def _keep_lock(self, lock: Lock) -> None:
         """Root's copy in /var/lib/mlsetup; the copy the venv's owner syncs from and the smoke

@@ -205,8 +205,14 @@ def read_failure(output: list[str]) -> Unsatisfiable:
                          " ".join(relevant)[-1200:])
 
 
+# uv's "no solution" that is really no index: offline, or a package the index does not have
+_UNREACHABLE = ("network was disabled", "not found in the cache")
+
+
 def no_solution(output: list[str]) -> bool:
-    return any("No solution found" in line for line in output)
+    """uv found the index and no set of versions satisfies the requirements."""
+    text = " ".join(output)
+    return "No solution found" in text and not any(u in text for u in _UNREACHABLE)
 
 
 def explain(failure: Unsatisfiable, builds: list[str], ccs: list[str], driver: str | None,

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -171,6 +172,29 @@ def _same(installed: str | None, locked: str) -> bool:
         return installed == locked
 
 
+def unlocked_ok(venv: VenvState | None, answers: Answers, choices: Choices) -> bool:
+    """Without a lock (the index out of reach): the venv's torch meets the requirement and is
+    the chosen build, and every requested package is there."""
+    installed = venv.version_of("torch") if venv else None
+    if venv is None or installed is None:
+        return False
+    try:
+        version = Version(installed)
+        if version.public not in Requirement(choices.torch_requirement).specifier:
+            return False
+    except InvalidVersion:
+        return False
+    build_ok = (version.local or "") == choices.torch_build or (
+        # Linux wheels from PyPI carry no local tag and are built with the default CUDA.
+        not version.local and choices.torch_build != "cpu" and venv.torch_cuda == choices.cuda)
+    for spec in answers.torch.packages:
+        req = Requirement(spec)
+        have = venv.version_of(req.name)
+        if have is None or (req.specifier and have not in req.specifier):
+            return False
+    return build_ok
+
+
 def lock_missing(venv: VenvState | None, lock: Lock) -> list[str]:
     """The lock's pins the venv does not hold at exactly that version."""
     return [f"{name}=={version}" for name, version in lock.packages.items()
@@ -211,6 +235,10 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
 
 def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Step:
     path, lock = choices.venv_path, choices.lock
+    if lock is None and unlocked_ok(venv, answers, choices):
+        have = venv.version_of("torch") if venv else None
+        return satisfied("venv", f"{path} has torch {have} and every requested package (not "
+                         "locked: no index to resolve against)")
     if lock is None:  # plan --facts, an offline plan, a dry run: no lock yet
         actions = ([_create(choices)] if venv is None else []) + [
             Action(id="venv.sync", title="Install the stack uv resolves at apply, in one step",

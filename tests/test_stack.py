@@ -232,3 +232,26 @@ def test_pypi_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(server:
     assert "vllm" in plan["lock"]["decided_by"]
     assert toolkits(plan) == ["cuda-toolkit-12-8"]
     assert not list(cache.rglob("*.whl")), "the resolution downloaded wheels"
+
+
+def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(
+        server: FakeServer):
+    """An offline machine with torch in its venv already (an image): resolving cannot reach the
+    index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
+    index = setup(server, gpu=None)
+    write_answers(server, index, ["helper"])
+    assert server.mlsetup("apply", "--answers", str(server.answers),
+                          **env(index)).returncode == 0
+    server.answers.write_text(server.answers.read_text().replace(
+        index.torch_url, "http://127.0.0.1:9/{build}"))  # a closed port: nothing answers
+    offline = {"UV_DEFAULT_INDEX": "http://127.0.0.1:9/pypi", "UV_HTTP_RETRIES": "0",
+               "UV_NO_CACHE": "1"}
+    run = server.mlsetup("apply", "--answers", str(server.answers), **offline)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "kept as it is, unlocked" in run.stdout and server.report()["ran"] == []
+
+    shutil.rmtree(server.venv)
+    failed = server.mlsetup("apply", "--answers", str(server.answers), **offline)
+    assert failed.returncode == 1, failed.stdout
+    assert server.report()["failure"]["diagnosis"] == "index-unreachable"
+    assert not server.venv.exists()
