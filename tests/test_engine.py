@@ -179,7 +179,7 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
     kill_in = [
         "driver.prerequisites",
         "toolkit.install-13.0",
-        "venv.torch",
+        "venv.sync",
         "extensions.tinyext.build",
     ]
     for action in kill_in:
@@ -230,13 +230,25 @@ def _hold_dpkg_lock(server: FakeServer) -> int:
 def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     fd = _hold_dpkg_lock(server)
-    release = threading.Timer(2.0, lambda: os.close(fd))
-    release.start()
-    t0 = time.monotonic()
+
+    def release() -> None:  # 2 s after the stack is resolved, as the first apt action waits
+        wait_for(lambda: any(e.kind == "plan" for e in _events_or_none(server)))
+        time.sleep(2.0)
+        os.close(fd)
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
     run = server.mlsetup("apply", "--answers", str(server.answers))
+    releaser.join()
     assert run.returncode == 0, run.stdout
     assert "the dpkg lock is held by" in run.stdout and "waiting up to 20s" in run.stdout
-    assert time.monotonic() - t0 >= 2.0
+
+
+def _events_or_none(server: FakeServer) -> list:
+    try:
+        return server.events()
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):
