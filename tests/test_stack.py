@@ -239,7 +239,7 @@ def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(
     """An offline machine with torch in its venv already (an image): resolving cannot reach the
     index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
     index = setup(server, gpu=None)
-    write_answers(server, index, ["helper"])
+    write_answers(server, index, ["helper"], torch='version = "==2.11.*"')
     assert server.mlsetup("apply", "--answers", str(server.answers),
                           **env(index)).returncode == 0
     server.answers.write_text(server.answers.read_text().replace(
