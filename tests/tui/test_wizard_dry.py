@@ -63,7 +63,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        assert "Dry run complete: 12 action(s) would run" in text
+        assert "Dry run complete: 13 action(s) would run" in text
         assert "source /home/ml/ml-env/bin/activate" in text
 
         saved = tmp_path / "answers.toml"
@@ -149,9 +149,9 @@ async def test_gpu_less_box_plans_a_cpu_venv_and_says_why():
         await pilot.press("enter")
         assert "no CUDA toolkit needed" in shown(app)
         await pilot.press("enter")
-        assert "(cpu build)" in shown(app) and "whl/cpu" in shown(app)
+        assert "(cpu build)" in shown(app) and "--torch-backend cpu" in shown(app)
         await pilot.press("enter", "enter")
-        assert "2 action(s) to run" in shown(app)
+        assert "3 action(s) to run" in shown(app)
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.model.finished is not None)
         assert app.model.steps == {
