@@ -111,7 +111,9 @@ def resolve(facts: Facts, answers: Answers, run: RunCommand, workdir: Path,
         if result is None:
             raise StackUnavailable("uv could not be started to resolve the stack")
         if result.exit_code == 0 and out.is_file():
-            return _lock_from(out.read_text(), facts, answers, python, platform, key, builds)
+            # uv names the input file by its path, which differs between hosts: the lock must not
+            text = out.read_text().replace(str(infile), "requirements.in")
+            return _lock_from(text, facts, answers, python, platform, key, builds)
         if not no_solution(result.tail):
             raise StackUnavailable(
                 f"uv could not resolve the stack with the {build} build (exit "
