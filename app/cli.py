@@ -149,7 +149,7 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
     if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
         facts = load_facts(args.facts)
         return facts, make_plan(facts, answers)
-    return observe_and_plan(RootFS(args.root), answers)
+    return observe_and_plan(RootFS(args.root), answers, resolve=True)
 
 
 def run(argv: list[str]) -> int:

@@ -139,14 +139,29 @@ class ToolkitAnswers(_Section):
 
 class VenvAnswers(_Section):
     path: str = Field("~/ml-env", description='"~" is the invoking (sudo) user\'s home')
-    python: str = Field("3.12", description="Python major.minor, e.g. 3.12")
+    python: str = Field(
+        "auto",
+        description="auto = the system Python if the torch release supports it, else the newest "
+        'it supports (uv downloads it); or a major.minor such as "3.12"',
+    )
     user: str = Field("auto", description="auto = $SUDO_USER, else the account running mlsetup")
+    lock: str = Field(
+        "", description="a lock file from an earlier run (/var/lib/mlsetup/stack.lock): install "
+        'exactly that stack; "" = resolve one'
+    )
 
     @field_validator("python")
     @classmethod
     def _python(cls, v: str) -> str:
-        if not re.fullmatch(r"3\.[0-9]{1,3}", v):
-            raise ValueError('allowed: a Python 3 major.minor version such as "3.12"')
+        if v != "auto" and not re.fullmatch(r"3\.[0-9]{1,2}", v):
+            raise ValueError('allowed: "auto" or a Python 3 major.minor version such as "3.12"')
+        return v
+
+    @field_validator("lock")
+    @classmethod
+    def _lock(cls, v: str) -> str:
+        if v and (not v.startswith("/") or "\0" in v or len(v) > 4096):
+            raise ValueError('allowed: "" (resolve) or the absolute path of a lock file')
         return v
 
     @field_validator("path")

@@ -18,6 +18,7 @@ from steps.answers import Answers, ExtensionAnswers, unsafe_directory
 from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
+from steps.lock import Lock, build_of, platform_for
 from steps.rootfs import RootFS
 from steps.warnings import machine_warnings
 
@@ -65,32 +66,39 @@ class Choices:
     venv_path: str
     build_targets: tuple[BuildTarget, ...]
     warnings: tuple[str, ...]
+    python: str = "3.12"  # the venv's Python, major.minor
+    python_system: bool = True  # the machine has it (else uv downloads it)
+    lock: Lock | None = None  # the resolved stack; None = planned from knowledge
 
     @property
     def venv_python(self) -> str:
         return f"{self.venv_path}/bin/python"
 
 
-def choose(facts: Facts, answers: Answers) -> Choices:
+def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
+    """The decisions; with `lock` (the resolved stack) its torch is the one everything follows."""
     k = knowledge()
     warnings: list[str] = machine_warnings(facts)
 
     build, release = _choose_torch(facts, answers, warnings)
+    if lock is not None:
+        build, release = lock.build, release_of(lock.torch)
     cuda = k.torch.build(build).cuda
     driver_ok = bool(
         facts.driver
         and facts.driver.loaded
         and (cuda is None or k.cuda.driver_runs(facts.driver.version, facts.driver.cuda_max, cuda))
     )
-    if release is not None:
+    if lock is not None:
+        requirement = f"torch=={lock.torch}"
+    elif answers.torch.version != "auto":
+        requirement = f"torch{answers.torch.version}"  # exact as written: ==2.8.0 stays exact
+    elif release is not None:
         requirement = release.requirement
-        if answers.venv.python not in release.pythons:
-            warnings.append(
-                f"torch {release.series} has no wheels for Python {answers.venv.python} "
-                f"(it has {', '.join(release.pythons)}); set venv.python to one of those."
-            )
     else:
-        requirement = f"torch{answers.torch.version}"
+        requirement = "torch"
+    python, python_system = (lock.python, _has_python(facts, lock.python)) if lock else \
+        choose_python(facts, answers, release)
 
     if answers.toolkit.versions == "auto":
         toolkits: tuple[str, ...] = (cuda,) if cuda else ()
@@ -125,7 +133,103 @@ def choose(facts: Facts, answers: Answers) -> Choices:
         venv_path=path,
         build_targets=targets,
         warnings=tuple(warnings),
+        python=python,
+        python_system=python_system,
+        lock=lock,
     )
+
+
+def release_of(torch_version: str) -> TorchRelease | None:
+    series = ".".join(torch_version.split("+")[0].split(".")[:2])
+    return next((r for r in knowledge().torch.releases if r.series == series), None)
+
+
+def _has_python(facts: Facts, version: str) -> bool:
+    return any(".".join(p.version.split(".")[:2]) == version for p in facts.pythons)
+
+
+def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None
+                  ) -> tuple[str, bool]:
+    """The venv's Python and whether the machine has it. "auto": the system Python when the
+    torch release has wheels for it, else the newest the release has (uv downloads that one)."""
+    wanted = answers.venv.python
+    supported = release.pythons if release else ()
+    if wanted != "auto":
+        if supported and wanted not in supported:
+            raise InputError(
+                f"venv.python = {wanted!r}: torch {release.series if release else ''} has no "
+                f"wheels for Python {wanted}; allowed: {', '.join(supported)} (or \"auto\")")
+        return wanted, _has_python(facts, wanted)
+    system = sorted({".".join(p.version.split(".")[:2]) for p in facts.pythons},
+                    key=Version, reverse=True)
+    for version in system:
+        if not supported or version in supported:
+            return version, True
+    if supported:
+        return max(supported, key=Version), False
+    return "3.12", False
+
+
+def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
+    """The torch builds a resolution may use, best first: the one the knowledge prefers, then
+    every other these GPUs and this driver (or the driver to be installed) run, newest CUDA
+    first. An explicit torch.cuda is the only one."""
+    preferred, _ = _choose_torch(facts, answers, [])
+    if answers.torch.cuda != "auto" or preferred == "cpu":
+        return [preferred]
+    k = knowledge()
+    ccs = facts.compute_capabilities
+    drv = facts.driver
+    keep_driver = drv is not None and drv.loaded and answers.driver.action == "skip"
+    others = []
+    for name in sorted(k.torch.builds, key=lambda b: Version(_cuda(b)), reverse=True):
+        if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):
+            continue
+        if keep_driver and drv and not k.cuda.driver_runs(drv.version, drv.cuda_max, _cuda(name)):
+            continue
+        others.append(name)
+    return [preferred, *others]
+
+
+def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
+    """Why `lock` cannot be installed on this machine as the answers want it (empty: it can)."""
+    k = knowledge()
+    out = []
+    arch = facts.os.arch if facts.os else None
+    if lock.platform != platform_for(arch):
+        out.append(f"it is for {lock.platform}; this machine is {platform_for(arch)}")
+    wanted = answers.venv.python
+    if wanted != "auto" and wanted != lock.python:
+        out.append(f"it is for Python {lock.python}; venv.python is {wanted!r}")
+    elif wanted == "auto" and not _has_python(facts, lock.python):
+        have = ", ".join(p.version for p in facts.pythons) or "none"
+        out.append(f"it is for Python {lock.python}; this machine has {have} (set venv.python "
+                   f'= "{lock.python}" to let uv download it)')
+    if lock.build not in k.torch.build_names:
+        out.append(f"its torch build {lock.build!r} is not one mlsetup knows")
+        return out
+    build = k.torch.build(lock.build)
+    bad = [cc for cc in facts.compute_capabilities if not build.runs_on(cc)]
+    if bad:
+        out.append(f"its torch {lock.torch} ({lock.build}) has no kernels for compute "
+                   f"capability {', '.join(bad)}")
+    drv = facts.driver
+    if (build.cuda and drv and drv.loaded and answers.driver.action == "skip"
+            and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)):
+        out.append(f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
+                   f"{drv.cuda_max} and driver.action is skip")
+    spec = answers.torch.version
+    if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
+        out.append(f"its torch is {lock.torch}; torch.version is {spec!r}")
+    if answers.torch.cuda not in ("auto", lock.build):
+        out.append(f"its torch is the {lock.build} build; torch.cuda is {answers.torch.cuda!r}")
+    return out
+
+
+def locked_build(torch_version: str) -> str:
+    """The build of a torch version as a lock holds it."""
+    release = release_of(torch_version)
+    return build_of(torch_version, release.pypi_cuda if release else None)
 
 
 def _same_major(a: str, b: str) -> bool:

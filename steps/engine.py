@@ -26,7 +26,7 @@ from steps.answers import Answers
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.choices import BuildTarget, Choices, choose
 from steps.diagnose import Diagnosis, diagnose, no_space
-from steps.errors import AlreadyRunningError, NeedsRootError
+from steps.errors import AlreadyRunningError, InputError, NeedsRootError
 from steps.events import (
     ActionFinished,
     ActionStarted,
@@ -46,6 +46,8 @@ from steps.events import (
 from steps.extensions import target_key
 from steps.facts import Facts, load_facts
 from steps.governor import GiB, Governor, end_orphaned_build, end_process_tree
+from steps.knowledge import ASSETS_DIR
+from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock, index_secrets
 from steps.paths import CACHE_DIR, RUNTIME_DIR, Paths
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
@@ -64,12 +66,14 @@ from steps.state import (
     save_state,
     write_atomic,
 )
-from steps.venv import index_url, split_credentials
+from steps.venv import StackUnavailable, settle_lock
+from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, publish, tree_name
 
-EXIT_OK, EXIT_FAILED, EXIT_REBOOT = 0, 1, 10
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+SMOKE_MARK = "MLSETUP_SMOKE "  # the line assets/smoke_stack.py ends with: its result as JSON
 OOM_RETRIES = 2
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 REPORT_SCHEMA = "mlsetup.report/1"
@@ -105,6 +109,7 @@ class _Outcome:
     changed: bool = False
     ran: list[str] = field(default_factory=list)
     failure: dict | None = None
+    smoke: dict | None = None  # the stack smoke test's result, when it ran
 
 
 class ApplyLock:
@@ -189,6 +194,7 @@ class Engine:
         self._step = "start"  # the step under way, for a failure outside any action
         self._event_log: EventLog | None = None
         self._events: Path | None = None
+        self.lock: Lock | None = None  # the stack every step follows, settled before any runs
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -218,9 +224,9 @@ class Engine:
     def _plan(self) -> tuple[Facts, Plan]:
         if self.req.facts_file is not None:
             facts = self._facts()
-            plan = make_plan(facts, self.req.answers)
+            plan = make_plan(facts, self.req.answers, lock=self.lock)
         else:
-            facts, plan = observe_and_plan(self.fs, self.req.answers)
+            facts, plan = observe_and_plan(self.fs, self.req.answers, self.lock)
         if self.plan is None:
             self.emit(PlanMade(plan=json.loads(plan.to_json())))
             if self.state is not None:
@@ -244,6 +250,7 @@ class Engine:
                 lock.acquire()
         try:
             self._start()
+            self._settle_stack()
             self._run_steps()
             venv = self.choices.venv_path
             return self._finish(
@@ -325,7 +332,8 @@ class Engine:
         for name in STEP_ORDER:
             self._step = name
             facts, plan = self._plan()
-            self.choices = choose(facts, self.req.answers)  # this step's decisions, made once
+            # this step's decisions, made once
+            self.choices = choose(facts, self.req.answers, self.lock)
             step = plan.step(name)
             if step.status == "satisfied":
                 self.emit(StepSatisfied(step=name, reason=step.reason))
@@ -442,6 +450,74 @@ class Engine:
         self.outcome.ran.append(action.id)
         if action.id.endswith(".build"):
             self._publish(action)
+        if action.id == "venv.smoke":
+            self._smoke_result(result)
+
+    # -- the stack ----------------------------------------------------------------------------
+
+    def _settle_stack(self) -> None:
+        """Resolve (or reuse, or take from venv.lock) the one lock before any step changes
+        anything; a package that forces an impossible torch ends the run here with exit 2."""
+        facts = self._facts()
+        resolving = not self.req.dry_run and self.state is not None
+        try:
+            self.lock = settle_lock(
+                self.fs, facts, self.req.answers,
+                (lambda action: self._command("venv", action)) if resolving else None,
+                self.paths.state_dir / "resolve" if resolving else None)
+        except InputError as exc:
+            self._fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
+                "stack-unsatisfiable", "No torch satisfies the answers' packages on this machine.",
+                "Change torch.packages or torch.cuda as the message says, then run the apply "
+                "again."), code=EXIT_INPUT)
+        except StackUnavailable as exc:
+            if self._venv_kept_unlocked(facts):
+                self.emit(Notice(text=f"{exc}; the venv already holds a torch and packages "
+                                      "that satisfy the answers: kept as it is, unlocked"))
+                return
+            self._fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
+                "index-unreachable", "uv could not reach the package index to resolve the stack.",
+                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
+                f"torch.index_url), then: {RESUME_COMMAND}"))
+        if self.lock is None:
+            self.emit(Notice(text="dry run: the stack is resolved at apply; planning from "
+                                  "mlsetup's knowledge"))
+            return
+        self.emit(Notice(text=f"stack lock: torch {self.lock.torch} ({self.lock.build}) for "
+                              f"Python {self.lock.python}, decided by "
+                              f"{', '.join(self.lock.decided_by)}; "
+                              f"{len(self.lock.packages)} packages pinned with hashes"))
+        if not self.req.dry_run:
+            self._keep_lock(self.lock)
+
+    def _venv_kept_unlocked(self, facts: Facts) -> bool:
+        """An offline machine whose venv already satisfies the answers (an image with torch)."""
+        choices = choose(facts, self.req.answers)
+        venv = probe_venv(self.fs, choices.venv_path)
+        return venv_unlocked_ok(venv, self.req.answers, choices)
+
+    def _keep_lock(self, lock: Lock) -> None:
+        """Root's copy in /var/lib/mlsetup; the copy the venv's owner syncs from and the smoke
+        test beside it in a directory only root writes."""
+        text = lock.file_text()
+        if self.fs.read_text(STATE_LOCK) != text:
+            write_atomic(self.fs.path(STATE_LOCK), text)
+        shared = self.fs.path(SHARED_DIR)
+        for directory in (shared.parent, shared):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
+        write_atomic(self.fs.path(SHARED_LOCK), text, mode=0o644)
+        write_atomic(self.fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(),
+                     mode=0o644)
+
+    def _smoke_result(self, result: Result) -> None:
+        line = next((x for x in reversed(result.tail) if x.startswith(SMOKE_MARK)), None)
+        try:
+            self.outcome.smoke = json.loads(line[len(SMOKE_MARK):]) if line else None
+        except ValueError:
+            self.outcome.smoke = None
+        if self.outcome.smoke:
+            self.emit(Notice(text=f"stack smoke test: {self.outcome.smoke.get('summary')}"))
 
     # -- extensions ---------------------------------------------------------------------------
 
@@ -565,10 +641,8 @@ class Engine:
 
     def _secrets(self, action: Action) -> dict[str, str]:
         """What an action needs that the plan must not show: the torch index's credentials
-        (steps.venv.split_credentials), given to uv in its environment, never in its argv."""
-        if action.id != "venv.torch":
-            return {}
-        return split_credentials(index_url(self.req.answers, self.choices.torch_build))[1]
+        (steps.lock.index_secrets), given to uv in its environment, never in its argv."""
+        return index_secrets(self.req.answers) if action.argv[:1] == ["uv"] else {}
 
     def _wait_for_interrupted(self, action: Action) -> None:
         """A previous engine died while this action ran and its process is still there. A
@@ -664,7 +738,7 @@ class Engine:
         self.state.reboot = RebootRecord(
             action=action.id,
             boot_id=facts.boot_id,
-            driver_branch=choose(facts, self.req.answers).driver_branch,
+            driver_branch=choose(facts, self.req.answers, self.lock).driver_branch,
         )
         if policy == "auto" and systemd_booted(self.fs):
             self._install_resume_unit()
@@ -826,6 +900,7 @@ class Engine:
         what: str,
         diagnosis: Diagnosis | None,
         tail: list[str] | None = None,
+        code: int = EXIT_FAILED,
     ) -> NoReturn:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
         nxt = (
@@ -859,7 +934,7 @@ class Engine:
         }
         if self.state is not None:
             self.state.phase = "failed"
-        raise _Stop(self._finish(EXIT_FAILED, "failed", what))
+        raise _Stop(self._finish(code, "failed", what))
 
     def _no_space(self, exc: OSError) -> int:
         """A state, log or report write found its disk full. The state file is still the last
@@ -935,6 +1010,10 @@ class Engine:
             "ran": self.outcome.ran,
             "failure": self.outcome.failure,
             "steps": steps,
+            # the one stack: what was resolved (and the file itself, to hand another host)
+            "lock": {**self.lock.summary(), "file": STATE_LOCK, "text": self.lock.file_text()}
+            if self.lock else None,
+            "smoke": {"stack": self.outcome.smoke},
             "log_dir": str(self.paths.log_dir / self.state.run_id),
             "time": time.time(),
         }

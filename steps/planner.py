@@ -14,6 +14,7 @@ from steps.answers import Answers
 from steps.choices import Choices, check_on_machine, choose
 from steps.extensions import wanted_wheels
 from steps.facts import Facts
+from steps.lock import Lock
 from steps.plan import Plan, Step
 from steps.probe import probe
 from steps.rootfs import RootFS
@@ -22,10 +23,12 @@ from steps.wheels import find_wheels
 
 
 def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
-              wheels: Mapping[str, str] | None = None) -> Plan:
+              wheels: Mapping[str, str] | None = None, lock: Lock | None = None,
+              notes: tuple[str, ...] = ()) -> Plan:
     """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
-    earlier (steps.wheels.find_wheels). Both None for a machine that is not this one."""
-    choices: Choices = choose(facts, answers)
+    earlier (steps.wheels.find_wheels). Both None for a machine that is not this one. `lock`:
+    the resolved stack whose torch every step follows; None plans from knowledge."""
+    choices: Choices = choose(facts, answers, lock)
     check_on_machine(choices, answers, None)
     steps = [
         driver.plan(facts, answers, choices),
@@ -34,7 +37,8 @@ def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
         extensions.plan(facts, answers, choices, venv, wheels or {}),
     ]
     steps = _share_repo_setup(steps)
-    return Plan(warnings=list(choices.warnings), steps=steps)
+    return Plan(warnings=[*notes, *choices.warnings], steps=steps,
+                lock=lock.summary() if lock else None)
 
 
 def _share_repo_setup(steps: list[Step]) -> list[Step]:
@@ -48,12 +52,18 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
     return out
 
 
-def observe_and_plan(fs: RootFS, answers: Answers) -> tuple[Facts, Plan]:
-    """Probe this machine (its venv and the wheels built earlier too) and plan for it."""
+def observe_and_plan(fs: RootFS, answers: Answers, lock: Lock | None = None,
+                     resolve: bool = False) -> tuple[Facts, Plan]:
+    """Probe this machine (its venv and the wheels built earlier too) and plan for it; with
+    `resolve` (mlsetup plan), resolve the stack first when the index can be reached."""
     facts = probe(fs).facts
-    choices = choose(facts, answers)
+    notes: tuple[str, ...] = ()
+    if resolve and lock is None:
+        lock, why = venv_step.lock_for_plan(fs, facts, answers)
+        notes = (why,) if why else ()
+    choices = choose(facts, answers, lock)
     check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
     wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv),
                          choices.owner.run_as)
-    return facts, make_plan(facts, answers, venv, wheels)
+    return facts, make_plan(facts, answers, venv, wheels, lock, notes)

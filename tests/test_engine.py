@@ -148,7 +148,11 @@ def test_events_tell_the_whole_story(server: FakeServer):
     ended = [e.action for e in events if isinstance(e, ActionFinished)]
     assert started == ended
     assert not any(isinstance(e, (Failed, RebootNeeded)) for e in events)
-    assert json.loads(events[1].to_json())["kind"] == "plan"
+    # the stack is resolved first (its uv runs are actions too), then the plan, then the steps
+    kinds = [json.loads(e.to_json())["kind"] for e in events]
+    first_step = next(i for i, e in enumerate(events)
+                      if isinstance(e, ActionStarted) and not e.action.startswith("venv.resolve"))
+    assert kinds[0] == "run-start" and kinds.index("plan") < first_step
 
 
 def _engine_pid(server: FakeServer) -> int:
@@ -177,7 +181,7 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
     kill_in = [
         "driver.prerequisites",
         "toolkit.install-13.0",
-        "venv.torch",
+        "venv.sync",
         "extensions.tinyext.build",
     ]
     for action in kill_in:
@@ -229,13 +233,25 @@ def _hold_dpkg_lock(server: FakeServer) -> int:
 def test_dpkg_lock_held_briefly_waits_then_proceeds(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     fd = _hold_dpkg_lock(server)
-    release = threading.Timer(2.0, lambda: os.close(fd))
-    release.start()
-    t0 = time.monotonic()
+
+    def release() -> None:  # 2 s after the stack is resolved, as the first apt action waits
+        wait_for(lambda: any(e.kind == "plan" for e in _events_or_none(server)))
+        time.sleep(2.0)
+        os.close(fd)
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
     run = server.mlsetup("apply", "--answers", str(server.answers))
+    releaser.join()
     assert run.returncode == 0, run.stdout
     assert "the dpkg lock is held by" in run.stdout and "waiting up to 20s" in run.stdout
-    assert time.monotonic() - t0 >= 2.0
+
+
+def _events_or_none(server: FakeServer) -> list:
+    try:
+        return server.events()
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):

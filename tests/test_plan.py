@@ -10,6 +10,7 @@ from steps.answers import answers_from_toml
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
+from steps.lock import Lock
 from steps.plan import STEP_ORDER
 from steps.planner import make_plan
 from steps.venvstate import VenvState
@@ -27,8 +28,15 @@ version = "2.8.3"
 """
 
 
-def plan_for(machine, answers_toml: str = "", venv: VenvState | None = None):
-    return make_plan(load_facts(machine), answers_from_toml(answers_toml, "test.toml"), venv)
+def plan_for(machine, answers_toml: str = "", venv: VenvState | None = None, lock=None):
+    return make_plan(load_facts(machine), answers_from_toml(answers_toml, "test.toml"), venv,
+                     lock=lock)
+
+
+def backend_of(plan) -> str:
+    """The torch build the venv's one install step takes (uv's --torch-backend)."""
+    sync = next(a for a in plan.actions if a.id == "venv.sync")
+    return sync.argv[sync.argv.index("--torch-backend") + 1]
 
 
 def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only():
@@ -67,8 +75,7 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
         "--find-links", "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels", "flash-attn==2.8.3"]
     assert "flash_attn_func" in actions["smoke"].argv[-1]
 
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert torch.argv[-2:] == ["--index-url", "https://download.pytorch.org/whl/cu128"]
+    assert backend_of(plan) == "cu128"
 
 
 def test_h200_server_is_satisfied_for_cu130_with_arch_90():
@@ -76,8 +83,7 @@ def test_h200_server_is_satisfied_for_cu130_with_arch_90():
     plan = plan_for(H200, FLASH_ATTN)
     assert plan.step("driver").status == "satisfied"
     assert plan.step("toolkit").status == "satisfied"
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert torch.argv[-1].endswith("/cu130")
+    assert backend_of(plan) == "cu130"
     build = next(a for a in plan.actions if a.id == "extensions.flash-attn.build")
     assert build.env["FLASH_ATTN_CUDA_ARCHS"] == "90"
     assert build.env["CUDA_HOME"] == "/usr/local/cuda-13.0"
@@ -96,10 +102,13 @@ def test_h200_with_finished_venv_has_nothing_to_do():
     venv = VenvState(
         path="/root/ml-env",
         python_version="3.12.3",
-        packages={"torch": "2.15.0+cu130", "flash-attn": "2.8.3"},
+        packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3", "ninja": "1.13.2"},
         torch_cuda="13.0",
     )
-    plan = plan_for(H200, FLASH_ATTN, venv)
+    lock = Lock(text="torch==2.14.1+cu130\nninja==1.13.2\n", python="3.12",
+                platform="x86_64-manylinux_2_35", build="cu130", key="k",
+                packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"})
+    plan = plan_for(H200, FLASH_ATTN, venv, lock)
     assert [s.status for s in plan.steps] == ["satisfied"] * 4
     assert plan.actions == []
 
@@ -148,16 +157,14 @@ def test_pre_turing_gpu_gets_proprietary_modules(tmp_path):
     path.write_text(json.dumps(data))
     plan = plan_for(path)
     assert plan.step("driver").actions[-1].argv[-1] == "cuda-drivers"
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert torch.argv[-1].endswith("/cu126")  # newer builds have no Volta kernels
+    assert backend_of(plan) == "cu126"  # newer builds have no Volta kernels
 
 
 def test_gpu_less_box_gets_cpu_torch_and_no_driver_or_toolkit():
     plan = plan_for(GPULESS, FLASH_ATTN)
     assert plan.step("driver").status == "satisfied"
     assert plan.step("toolkit").status == "satisfied"
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert torch.argv[-1] == "https://download.pytorch.org/whl/cpu"
+    assert backend_of(plan) == "cpu"
     assert plan.step("extensions").status == "satisfied"
     assert any("flash-attn 2.8.3 skipped" in w for w in plan.warnings)
 

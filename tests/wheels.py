@@ -60,7 +60,8 @@ def torch_index(
         "torch",
         f"{version}+{build}",
         {
-            "torch/__init__.py": f"__version__ = '{version}+{build}'\n",
+            # FAKE: the stack smoke test (assets/smoke_stack.py) says it is a stand-in
+            "torch/__init__.py": f"__version__ = '{version}+{build}'\nFAKE = True\n",
             "torch/version.py": f"__version__ = '{version}+{build}'\ncuda = {cuda!r}\n",
         },
     )

@@ -38,7 +38,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert "apt-get install -y --no-remove" in text and "cuda-toolkit-13-0" in text
 
         await pilot.press("enter")  # Venv
-        assert "sudo -u ml uv venv --python 3.12 /home/ml/ml-env" in shown(app)
+        assert "sudo -u ml uv venv --python 3.12 --python-preference only-system /home/ml/ml-env" \
+            in shown(app)
 
         await pilot.press("enter")  # Extensions: add flash-attn 2.8.3
         await pilot.press("a", *"2.8.3", "enter")
@@ -62,7 +63,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        assert "Dry run complete: 12 action(s) would run" in text
+        assert "Dry run complete: 13 action(s) would run" in text
         assert "source /home/ml/ml-env/bin/activate" in text
 
         saved = tmp_path / "answers.toml"
@@ -148,9 +149,9 @@ async def test_gpu_less_box_plans_a_cpu_venv_and_says_why():
         await pilot.press("enter")
         assert "no CUDA toolkit needed" in shown(app)
         await pilot.press("enter")
-        assert "(cpu build)" in shown(app) and "whl/cpu" in shown(app)
+        assert "(cpu build)" in shown(app) and "--torch-backend cpu" in shown(app)
         await pilot.press("enter", "enter")
-        assert "2 action(s) to run" in shown(app)
+        assert "3 action(s) to run" in shown(app)
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.model.finished is not None)
         assert app.model.steps == {

@@ -1,0 +1,148 @@
+"""The stack's smoke test, run with the venv's Python after the lock is installed.
+
+    python smoke_stack.py --torch 2.11.0+cu130 --gpus 1      # what mlsetup runs
+    python smoke_stack.py --cpu                              # gloo on 2 CPU processes
+
+torch must import with exactly the locked version and see every GPU; each GPU runs a matmul
+(checked against float64 on the CPU); with more than one GPU, one process per GPU all-reduces
+over NCCL and must get 1 + 2 + ... + N. Without GPUs the same runs on the CPU: 2 processes,
+gloo. The last line is `MLSETUP_SMOKE {json}`, which mlsetup puts in report.json. Exit 0 only
+when everything passed. Standard library and torch only: it runs in any venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+MARK = "MLSETUP_SMOKE "
+TIMEOUT_S = 300
+
+
+def _matmul(torch, device: str) -> float:
+    """Max relative error of a 512x512 matmul on `device` against float64 on the CPU."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(512, 512, generator=gen)
+    b = torch.randn(512, 512, generator=gen)
+    got = (a.to(device) @ b.to(device)).cpu().double()
+    want = a.double() @ b.double()
+    return float(((got - want).abs().max() / want.abs().max()).item())
+
+
+def _worker(rank: int, world: int, port: int, backend: str, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    out = {"rank": rank, "device": device}
+    try:
+        out["name"] = torch.cuda.get_device_name(rank) if backend == "nccl" else "cpu"
+        out["matmul_rel_err"] = _matmul(torch, device)
+        if world > 1:
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
+                                    rank=rank, world_size=world)
+            t = torch.full((4,), float(rank + 1), device=device)
+            dist.all_reduce(t)
+            out["all_reduce"] = float(t[0].item())
+            dist.destroy_process_group()
+    except Exception as exc:  # reported, not raised: the parent judges every rank
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    queue.put(out)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_ranks(world: int, backend: str) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # CUDA is never initialised in a forked child
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, backend, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = []
+    deadline = time.monotonic() + TIMEOUT_S
+    for _ in procs:
+        try:
+            results.append(queue.get(timeout=max(1.0, deadline - time.monotonic())))
+        except Exception:
+            break
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torch", default="", help="the locked torch version; '' = any")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs torch must see")
+    parser.add_argument("--cpu", action="store_true", help="test on the CPU with gloo")
+    args = parser.parse_args(argv)
+    # count GPUs through NVML: the parent never initialises CUDA
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    result: dict = {"expected_torch": args.torch, "ok": False}
+    try:
+        import torch
+    except Exception as exc:
+        result["summary"] = f"torch does not import: {type(exc).__name__}: {exc}"
+        return _done(result)
+    result["torch"] = torch.__version__
+    result["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    if args.torch and torch.__version__ != args.torch:
+        result["summary"] = f"torch is {torch.__version__}, the lock says {args.torch}"
+        return _done(result)
+    if getattr(torch, "FAKE", False):  # mlsetup's own test stand-in (tests/pkgindex.py)
+        result.update(ok=True, fake=True, summary=f"torch {torch.__version__} imports (a "
+                      "test stand-in: no matmul or all-reduce can run)")
+        return _done(result)
+    gpus = 0 if args.cpu else torch.cuda.device_count()
+    result["gpus"] = gpus
+    if args.gpus is not None and not args.cpu and gpus != args.gpus:
+        result["summary"] = f"torch sees {gpus} GPU(s); the machine has {args.gpus}"
+        return _done(result)
+    backend, world = ("nccl", gpus) if gpus else ("gloo", 2)
+    result["backend"] = backend
+    ranks = _run_ranks(world, backend)
+    result["ranks"] = ranks
+    want = world * (world + 1) / 2
+    errors = [r["error"] for r in ranks if "error" in r]
+    if len(ranks) != world:
+        errors.append(f"{world - len(ranks)} of {world} processes never answered")
+    bad = [r for r in ranks if r.get("matmul_rel_err", 1.0) > 1e-2]
+    errors += [f"rank {r['rank']}: matmul error {r.get('matmul_rel_err')}" for r in bad]
+    if world > 1:
+        errors += [f"rank {r['rank']}: all-reduce gave {r.get('all_reduce')}, not {want}"
+                   for r in ranks if r.get("all_reduce") != want]
+    where = f"{gpus} GPU(s)" if gpus else "the CPU"
+    if errors:
+        result["summary"] = f"torch {torch.__version__} on {where}: " + "; ".join(errors)
+        return _done(result)
+    reduce = f", {backend} all-reduce over {world} processes = {want:g}" if world > 1 else ""
+    worst = max(r["matmul_rel_err"] for r in ranks)
+    result.update(ok=True, summary=f"torch {torch.__version__} on {where}: matmul on each "
+                  f"(max rel. error {worst:.1e}){reduce}")
+    return _done(result)
+
+
+def _done(result: dict) -> int:
+    print(result.get("summary", ""), flush=True)
+    print(MARK + json.dumps(result, sort_keys=True), flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,257 @@
+"""One stack: uv resolves torch, the packages and the build requirements into one lock before
+anything changes, and the venv gets exactly that lock.
+
+Against a fake server (tests/harness.py) and a local package index of tiny real wheels
+(tests/pkgindex.py): real uv resolutions, real venvs, real `uv pip sync`. The last test resolves
+against PyPI itself (metadata only) and fails, not skips, when PyPI cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from steps.events import ActionStarted
+from steps.rootfs import RootFS
+from steps.venvstate import probe_venv
+from tests.common import MACHINES, run_cli
+from tests.harness import FakeServer, mode
+from tests.pkgindex import PackageIndex, standard_index
+
+PYTHON = "{}.{}".format(*sys.version_info[:2])
+RTX_PRO_6000 = "0x2bb1"  # compute capability 12.0 (assets/gpus.toml)
+
+
+def write_answers(server: FakeServer, index: PackageIndex | None, packages: list[str],
+                  torch: str = "", venv: str = "") -> None:
+    url = index.torch_url if index else "https://pypi.org/simple"
+    server.answers.write_text(
+        f'version = 1\n[venv]\npath = "~/ml-env"\n{venv}\n'
+        f'[torch]\nindex_url = "{url}"\npackages = {json.dumps(packages)}\n{torch}\n'
+        '[reboot]\npolicy = "never"\n')
+
+
+def setup(server: FakeServer, gpu: str | None = "0x2335") -> PackageIndex:
+    """The machine: its system Python at /usr/bin (as `venv.python = "auto"` finds it), the
+    given GPU with a loaded 580 driver (or none), and the local index."""
+    real = Path(os.path.realpath(sys.executable))
+    link = server.root / f"usr/bin/python{PYTHON}"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(real)
+    shutil.rmtree(server.root / "sys/bus/pci/devices")
+    if gpu:
+        server.machine.gpu("0000:00:06.0", gpu)
+        server.machine.driver_loaded("580.105.08")
+    return standard_index(server.base / "pkgs")
+
+
+def env(index: PackageIndex) -> dict[str, str]:
+    return {"UV_DEFAULT_INDEX": index.default_url}
+
+
+def plan_json(server: FakeServer, index: PackageIndex) -> dict:
+    run = server.mlsetup("plan", "--answers", str(server.answers), "--json", **env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads(run.stdout)
+
+
+def step(plan: dict, name: str) -> dict:
+    return next(s for s in plan["steps"] if s["name"] == name)
+
+
+def action(plan: dict, action_id: str) -> dict:
+    return next(a for s in plan["steps"] for a in s["actions"] if a["id"] == action_id)
+
+
+def toolkits(plan: dict) -> list[str]:
+    return [a["argv"][-1] for a in step(plan, "toolkit")["actions"]
+            if a["id"].startswith("toolkit.install")]
+
+
+def started(server: FakeServer) -> list[str]:
+    return [e.action for e in server.events() if isinstance(e, ActionStarted)]
+
+
+def test_a_pinning_package_moves_torch_and_the_toolkit_before_anything_is_installed(
+        server: FakeServer):
+    index = setup(server)  # an H200 whose driver runs CUDA 13.0: cu130 would be the first choice
+    write_answers(server, index, ["vllmish"])
+
+    plan = plan_json(server, index)
+    assert plan["lock"]["torch"] == "2.9.0+cu128" and plan["lock"]["build"] == "cu128"
+    assert "vllmish" in plan["lock"]["decided_by"]
+    assert "cu130 build has no torch" in plan["lock"]["note"]
+    assert toolkits(plan) == ["cuda-toolkit-12-8"]
+    assert action(plan, "venv.sync")["argv"][-3:-1] == ["--index", f"{index.root}/cu128"]
+    assert "torch 2.9.0+cu128 (decided by" in step(plan, "venv")["reason"]
+    assert server.calls() == [] and not server.venv.exists()  # a plan changes nothing
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    order = started(server)
+    # resolved first (cu130 tried and refused), then the toolkit the lock's torch needs
+    resolves = [a for a in order if a.startswith("venv.resolve")]
+    assert resolves[0] == "venv.resolve-cu130" and resolves[-1] == "venv.resolve-cu128"
+    assert order[:len(resolves)] == resolves
+    assert "toolkit.install-12.8" in order and "toolkit.install-13.0" not in order
+    assert "apt-get cuda-toolkit-12-8" in server.commands()
+    venv = probe_venv(RootFS(server.root), str(server.venv))
+    assert venv is not None
+    assert venv.version_of("torch") == "2.9.0+cu128"
+    assert venv.version_of("torchvision") == "0.24.0+cu128"  # the same build as torch
+    assert venv.version_of("vllmish") == "0.1.0"
+
+    report = server.report()
+    assert report["lock"]["torch"] == "2.9.0+cu128"
+    kept = server.root / "var/lib/mlsetup/stack.lock"
+    assert kept.read_text() == report["lock"]["text"] and mode(kept) == 0o600
+    assert "--hash=sha256:" in kept.read_text()
+    smoke = report["smoke"]["stack"]
+    assert smoke["ok"] and smoke["torch"] == "2.9.0+cu128"
+    assert smoke["fake"] is True  # the stand-in says so: no matmul was claimed
+    assert "stack smoke test: torch 2.9.0+cu128 imports (a test stand-in" in run.stdout
+
+    # the same answers, the lock unchanged: satisfied, nothing resolved or run again
+    again = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert again.returncode == 0, again.stdout
+    assert server.report()["ran"] == []
+    assert not any(a.startswith("venv.resolve") for a in started(server))
+
+
+def test_a_package_that_forces_an_impossible_torch_exits_2_naming_it(server: FakeServer):
+    index = setup(server, gpu=RTX_PRO_6000)  # compute capability 12.0: cu128 and newer only
+    write_answers(server, index, ["oldpin"])
+
+    plan = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    for words in ("oldpin requires torch==2.6.0", "torch 2.6 is built for cu118, cu124, cu126",
+                  "compute capability 12.0", "What would: a release of oldpin"):
+        assert words in plan.stderr
+    assert "Traceback" not in plan.stderr
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "oldpin requires torch==2.6.0" in run.stdout
+    assert server.calls() == [] and not server.venv.exists()  # nothing ran
+    assert server.report()["failure"]["diagnosis"] == "stack-unsatisfiable"
+
+
+def test_torchvision_comes_from_torchs_build_and_auto_python_is_the_systems(server: FakeServer):
+    index = setup(server)
+    write_answers(server, index, ["torchvision"])
+    plan = plan_json(server, index)
+    lock = plan["lock"]
+    assert lock["torch"] == "2.11.0+cu130" and lock["packages"]["torchvision"] == "0.26.0+cu130"
+    assert lock["python"] == PYTHON
+    create = action(plan, "venv.create")["argv"]
+    assert create[2:6] == ["--python", PYTHON, "--python-preference", "only-system"]
+
+
+def test_an_exact_pin_stays_exact(server: FakeServer):
+    index = setup(server)
+    index.add_torch("2.8.0", "cu128", "12.8")
+    index.add_torch("2.8.1", "cu128", "12.8")
+    write_answers(server, index, [], torch='version = "==2.8.0"')
+    lock = plan_json(server, index)["lock"]
+    assert lock["torch"] == "2.8.0+cu128"
+    assert lock["decided_by"][0] == "torch.version ==2.8.0"
+
+    offline = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
+                      str(server.answers))
+    assert offline.returncode == 0, offline.stderr
+    assert "the resolution happens at apply" in offline.stdout
+    assert "torch==2.8.0" in offline.stdout and "2.8.*" not in offline.stdout
+
+
+def test_a_python_the_torch_release_lacks_is_exit_2(tmp_path: Path):
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[venv]\npython = "3.9"\n[torch]\nversion = "==2.11.0"\n')
+    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
+                  str(answers))
+    assert run.returncode == 2
+    assert "venv.python = '3.9'" in run.stderr and "torch 2.11" in run.stderr
+    assert "3.10, 3.11, 3.12, 3.13, 3.14" in run.stderr and "Traceback" not in run.stderr
+
+
+def installed_set(server: FakeServer) -> dict[str, str]:
+    """Each installed distribution's RECORD (what it put where, with hashes), by name."""
+    sites = list(server.venv.glob("lib/python3*/site-packages"))
+    return {d.name: (d / "RECORD").read_text() for d in sites[0].glob("*.dist-info")}
+
+
+def test_two_hosts_from_one_lock_end_identical(server: FakeServer, uv_binary: Path):
+    index = setup(server, gpu=None)  # GPU-less: the cpu build
+    write_answers(server, index, ["torchvision", "helper"])
+    first = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert server.report()["lock"]["torch"] == "2.11.0+cpu"
+    assert "venv.smoke" in server.report()["ran"]
+
+    base = Path(tempfile.mkdtemp(prefix="mlsetup-server-", dir="/tmp"))
+    try:
+        other = FakeServer(base, uv_binary)
+        setup(other, gpu=None)
+        handed = other.root / "srv/stack.lock"
+        handed.parent.mkdir(parents=True)
+        shutil.copy(server.root / "var/lib/mlsetup/stack.lock", handed)
+        write_answers(other, index, ["torchvision", "helper"], venv='lock = "/srv/stack.lock"')
+        second = other.mlsetup("apply", "--answers", str(other.answers), **env(index))
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert not any(a.startswith("venv.resolve") for a in started(other))  # not resolved
+        assert installed_set(other) == installed_set(server)
+        assert "torch-2.11.0+cpu.dist-info" in installed_set(other)
+
+        # a lock for another platform is refused before anything runs
+        text = handed.read_text().replace("x86_64-manylinux", "aarch64-manylinux", 1)
+        handed.write_text(text)
+        shutil.rmtree(other.venv)
+        third = other.mlsetup("apply", "--answers", str(other.answers), **env(index))
+        assert third.returncode == 2, third.stdout
+        assert "venv.lock '/srv/stack.lock' does not fit this machine" in third.stdout
+        assert "aarch64-manylinux_2_35" in third.stdout and not other.venv.exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_pypi_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(server: FakeServer):
+    """Real PyPI, metadata only. Fails (does not skip) when PyPI is unreachable: CI reaches it.
+    vllm 0.11.2 requires torch==2.9.0, whose PyPI wheel is the CUDA 12.8 build."""
+    setup(server)  # an H200 with a 580 driver: cu130 would be the first choice
+    write_answers(server, None, ["vllm==0.11.2"])
+    cache = server.base / "uv-cache"
+    run = server.mlsetup("plan", "--answers", str(server.answers), "--json",
+                         UV_CACHE_DIR=str(cache), timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["lock"] is not None, f"PyPI could not be reached: {plan['warnings']}"
+    assert plan["lock"]["torch"] == "2.9.0" and plan["lock"]["build"] == "cu128"
+    assert "vllm" in plan["lock"]["decided_by"]
+    assert toolkits(plan) == ["cuda-toolkit-12-8"]
+    assert not list(cache.rglob("*.whl")), "the resolution downloaded wheels"
+
+
+def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(
+        server: FakeServer):
+    """An offline machine with torch in its venv already (an image): resolving cannot reach the
+    index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
+    index = setup(server, gpu=None)
+    write_answers(server, index, ["helper"], torch='version = "==2.11.*"')
+    assert server.mlsetup("apply", "--answers", str(server.answers),
+                          **env(index)).returncode == 0
+    server.answers.write_text(server.answers.read_text().replace(
+        index.torch_url, "http://127.0.0.1:9/{build}"))  # a closed port: nothing answers
+    offline = {"UV_DEFAULT_INDEX": "http://127.0.0.1:9/pypi", "UV_HTTP_RETRIES": "0",
+               "UV_NO_CACHE": "1"}
+    run = server.mlsetup("apply", "--answers", str(server.answers), **offline)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "kept as it is, unlocked" in run.stdout and server.report()["ran"] == []
+
+    shutil.rmtree(server.venv)
+    failed = server.mlsetup("apply", "--answers", str(server.answers), **offline)
+    assert failed.returncode == 1, failed.stdout
+    assert server.report()["failure"]["diagnosis"] == "index-unreachable"
+    assert not server.venv.exists()
