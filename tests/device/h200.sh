@@ -12,6 +12,8 @@
 #                                          venv with .device/wheelhouse/mlsetup-*.whl and its
 #                                          dependencies (.whl, .device/wheelhouse), run from
 #                                          another directory: probe, plan, apply, a second apply
+#   tests/device/h200.sh wizard SECONDS   the installed wheel's wizard attached to a flash-attn
+#                                          compile for SECONDS: Run-screen SVGs in wizard-shots.tgz
 #   tests/device/h200.sh governed SECONDS flash-attn 2.8.3 through mlsetup, memory governor,
 #                                          memory_limit 32GiB, stopped after SECONDS
 #   tests/device/h200.sh static SECONDS   the same compile with flash-attn's own rule for 32 GiB
@@ -50,7 +52,7 @@ fi
 
 mkdir -p "$work/recipes" "$out"
 export UV_OFFLINE=1 PYTHONUNBUFFERED=1 MLSETUP_EXTENSIONS_DIR=$work/recipes
-if [ "$mode" = wheel-e2e ]; then
+if [ "$mode" = wheel-e2e ] || [ "$mode" = wizard ]; then
     # the installed product alone: nothing of the checkout on sys.path, run from elsewhere
     installed=/tmp/mlsetup-wheel
     rm -rf "$installed"
@@ -78,6 +80,8 @@ recipe["requirement"] = f"{repo}/.device/flash_attn-2.8.3.tar.gz"
 def value(v):
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):  # [[flash-attn.variant]] tables too, as inline tables
+        return "[" + ", ".join(value(x) for x in v) + "]"
     return json.dumps(v)
 open(dest, "w").write("[flash-attn]\n" + "".join(f"{k} = {value(v)}\n" for k, v in recipe.items()))
 PY
@@ -100,7 +104,7 @@ $1
 TOML
 }
 
-if [ "$mode" != wheel-e2e ]; then
+if [ "$mode" != wheel-e2e ] && [ "$mode" != wizard ]; then
     mlsetup() { python3 -m app.cli "$@"; }
 fi
 
@@ -118,6 +122,17 @@ stop_compilers() {
 }
 
 case $mode in
+wizard)
+    # the wizard of the installed wheel attached to a real flash-attn compile: SVG shots of the
+    # Run screen while the gauge moves (tests/device/wizard_screens.py), packed in one file
+    rm -rf /var/lib/mlsetup /var/log/mlsetup "$flash_attn_tree" /tmp/shots
+    start_flash_attn wizard
+    setsid mlsetup apply --answers "$work/answers.toml" > "$out/wizard-apply.txt" 2>&1 < /dev/null &
+    "$installed/bin/python" "$repo/tests/device/wizard_screens.py" --out /tmp/shots \
+        --seconds "$seconds" --every 30 --sizes 120x40,80x24 || echo "wizard_screens exit $?"
+    kill $sampler || true; stop_compilers
+    tar -czf "$out/wizard-shots.tgz" -C /tmp/shots .
+    ;;
 e2e)
     mlsetup probe | tee "$out/e2e-probe.txt"
     answers $'[[extensions]]\nname = "cudaext"\nversion = "0.1.0"'

@@ -8,6 +8,7 @@
 #
 #   tests/device/stack_h200.sh          writes plan, apply, second apply, report and lock to $OUT
 set -euo pipefail
+shopt -s nullglob  # .device/stack/ may carry nothing: the image has torchvision already
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${OUT:-/tmp/out}
 work=/tmp/mlsetup-stack
