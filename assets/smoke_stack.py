@@ -102,7 +102,11 @@ def main(argv: list[str]) -> int:
         return _done(result)
     result["torch"] = torch.__version__
     result["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
-    if args.torch and torch.__version__ != args.torch:
+    # PyPI's own CUDA wheels carry no local tag in their metadata (the lock pins "2.11.0") while
+    # torch.__version__ says "2.11.0+cu130" (seen on the H200 image): the tag counts only where
+    # the lock has one
+    found = torch.__version__ if "+" in args.torch else torch.__version__.partition("+")[0]
+    if args.torch and found != args.torch:
         result["summary"] = f"torch is {torch.__version__}, the lock says {args.torch}"
         return _done(result)
     if getattr(torch, "FAKE", False):  # mlsetup's own test stand-in (tests/pkgindex.py)

@@ -35,11 +35,11 @@ TOML
 
 mlsetup() { python3 -m app.cli "$@"; }
 mlsetup plan --answers "$work/answers.toml" | tee "$out/stack-plan.txt"
-/usr/bin/time -f "apply wall %e s" mlsetup apply --answers "$work/answers.toml" --foreground \
+/usr/bin/time -f "apply wall %e s" python3 -m app.cli apply --answers "$work/answers.toml" --foreground \
     2>&1 | tee "$out/stack-apply.txt"
 cp /var/lib/mlsetup/report.json "$out/stack-report.json"
 cp /var/lib/mlsetup/stack.lock "$out/stack.lock"
-/usr/bin/time -f "second apply wall %e s" mlsetup apply --answers "$work/answers.toml" \
+/usr/bin/time -f "second apply wall %e s" python3 -m app.cli apply --answers "$work/answers.toml" \
     --foreground 2>&1 | tee "$out/stack-second-apply.txt"
 "$work/venv/bin/python" -c "import torch, torchvision; print(torch.__version__, torchvision.__version__)" \
     | tee "$out/stack-versions.txt"

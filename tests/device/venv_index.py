@@ -33,10 +33,13 @@ def _digest(data: bytes) -> str:
 def rewheel(site: Path, info: Path, out: Path) -> Path | None:
     meta = Parser().parsestr((info / "METADATA").read_text(errors="replace"))
     wheel_meta = Parser().parsestr((info / "WHEEL").read_text(errors="replace"))
-    tags = wheel_meta.get_all("Tag") or ["py3-none-any"]
+    # every tag the wheel was built for, as one compressed tag set (PEP 425): the first alone can
+    # be one an installer does not take (a py2 tag, another CPython)
+    parts = [t.split("-") for t in (wheel_meta.get_all("Tag") or ["py3-none-any"])]
+    tag = "-".join(".".join(dict.fromkeys(p[i] for p in parts)) for i in range(3))
     name, version = meta["Name"], meta["Version"]
     dist = re.sub(r"[-_.]+", "_", name)
-    target = out / _canonical(name) / f"{dist}-{version}-{tags[0]}.whl"
+    target = out / _canonical(name) / f"{dist}-{version}-{tag}.whl"
     target.parent.mkdir(parents=True, exist_ok=True)
     record = []
     with (info / "RECORD").open() as f, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zf:
