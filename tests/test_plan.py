@@ -275,9 +275,11 @@ GH200 = {"name": "NVIDIA GH200 480GB", "pci_device_id": "0x2342", "compute_capab
 
 def test_h200_with_driver_580_and_auto_everywhere_plans_torch_2_15_cu130():
     plan = plan_for(H200)
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert "torch==2.15.*" in torch.argv
-    assert torch.argv[-1] == "https://download.pytorch.org/whl/cu130"  # 580 runs 13.0 natively
+    # planned from knowledge (no index for a recorded machine): torch 2.15, PyTorch's cu130 build
+    assert "torch==2.15.*" in plan.step("venv").reason
+    sync = next(a for a in plan.actions if a.id == "venv.sync")
+    backend = sync.argv.index("--torch-backend")
+    assert sync.argv[backend + 1] == "cu130"  # 580 runs 13.0 natively
     assert plan.step("driver").status == "satisfied" and plan.step("toolkit").status == "satisfied"
 
 
