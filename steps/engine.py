@@ -816,7 +816,7 @@ class Engine:
             )
         )
         try:
-            result = self.runner.run(action, log)
+            result = self.runner.run(action, log, extra_env=self._secrets(action))
         except RunnerError as exc:
             self.emit(Notice(text=f"{action.title}: {exc}"))
             return None

@@ -408,7 +408,7 @@ def test_index_credentials_never_reach_a_command_line_or_any_output(server: Fake
 
         lines = calls.read_text().splitlines()
         uv_calls = [(a, e) for a, e in zip(lines[::2], lines[1::2], strict=True)]
-        torch_call = [(a, e) for a, e in uv_calls if "--default-index torch=" in a]
+        torch_call = [(a, e) for a, e in uv_calls if "--index torch=" in a]
         assert torch_call and "UV_INDEX_TORCH_PASSWORD" in torch_call[0][1].split(), uv_calls
         shown = [plan.stdout, plan.stderr, run.stdout, run.stderr, calls.read_text()]
         for path in [*(server.root / "var/log/mlsetup").rglob("*"),

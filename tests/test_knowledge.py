@@ -184,7 +184,7 @@ BAD_RECIPES = {
     "reserved-variable": ('arch_variable = "LD_PRELOAD"', "flash-attn.arch_variable",
                           "environment variable"),
     "bad-arch-value": ('arch_map = { "9.0" = "90; rm -rf /" }', "flash-attn.arch_map",
-                       "pattern"),
+                       "text matching"),
     "bad-requirement": ('requirement = "-e /tmp/x"', "flash-attn.requirement", "allowed"),
     "bad-variant": ('[[flash-attn.variant]]\nversions = "not a spec"',
                     "flash-attn.variant[1].versions", "PEP 440"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -11,7 +12,7 @@ from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
 from steps.lock import Lock
-from steps.plan import STEP_ORDER
+from steps.plan import STEP_ORDER, Plan
 from steps.planner import make_plan
 from steps.venvstate import VenvState
 from tests.common import MACHINES, run_cli
@@ -269,6 +270,15 @@ def _machine(tmp_path, base, name: str, gpu: dict | None = None, **os_fields) ->
     return path
 
 
+def planned_torch(plan: Plan) -> tuple[str, str]:
+    """(torch requirement, PyTorch build) the venv step plans from knowledge (no index for a
+    recorded machine: the resolution happens at apply)."""
+    found = re.search(r"torch==[0-9.]+\.\*", plan.step("venv").reason)
+    assert found, plan.step("venv").reason
+    sync = next(a for a in plan.actions if a.id == "venv.sync")
+    return found.group(0), sync.argv[sync.argv.index("--torch-backend") + 1]
+
+
 V100 = {"name": "Tesla V100-SXM2-32GB", "pci_device_id": "0x1db5", "compute_capability": "7.0"}
 GH200 = {"name": "NVIDIA GH200 480GB", "pci_device_id": "0x2342", "compute_capability": "9.0"}
 
@@ -325,8 +335,7 @@ def test_v100_box_never_plans_a_branch_past_580(tmp_path):
     plan = plan_for(v100, '[torch]\ncuda = "cu132"\n')
     assert any("supported only up to branch 580" in w for w in plan.warnings)
     # torch 2.15 has no build for Volta: auto takes the newest release that has (2.14, cu126)
-    torch = next(a for a in plan_for(v100).actions if a.id == "venv.torch")
-    assert "torch==2.14.*" in torch.argv and torch.argv[-1].endswith("/cu126")
+    assert planned_torch(plan_for(v100)) == ("torch==2.14.*", "cu126")
 
 
 def test_v100_box_refuses_driver_branch_590_naming_the_gpus(tmp_path):
@@ -360,13 +369,11 @@ def test_grace_hopper_and_blackwell_refuse_proprietary_modules(tmp_path, gpu):
 def test_arm_t4g_gets_no_cuda_build(tmp_path):
     t4g = {"name": "NVIDIA T4G", "pci_device_id": "0x1eb8", "compute_capability": "7.5"}
     plan = plan_for(_machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64"))
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert torch.argv[-1] == "https://download.pytorch.org/whl/cpu"
+    assert planned_torch(plan)[1] == "cpu"
     assert any("no torch build runs on compute capability 7.5" in w for w in plan.warnings)
     # the same GPU on x86_64 has CUDA builds
     x86 = plan_for(_machine(tmp_path, FRESH, "t4", t4g))
-    assert next(a for a in x86.actions if a.id == "venv.torch").argv[-1] != (
-        "https://download.pytorch.org/whl/cpu")
+    assert planned_torch(x86)[1] != "cpu"
 
 
 def _mamba(version: str) -> str:
@@ -414,8 +421,6 @@ def test_an_extension_version_that_is_no_release_is_refused(tmp_path, version):
 def test_auto_torch_is_the_newest_release_for_the_venvs_python():
     # Ubuntu 22.04's Python is 3.10, which torch 2.15 (requires-python >= 3.11) has no wheels for
     plan = plan_for(FRESH, '[venv]\npython = "3.10"\n')
-    torch = next(a for a in plan.actions if a.id == "venv.torch")
-    assert "torch==2.14.*" in torch.argv and not any("no wheels for Python" in w
-                                                     for w in plan.warnings)
-    assert "torch==2.15.*" in next(a for a in plan_for(FRESH).actions
-                                   if a.id == "venv.torch").argv
+    assert planned_torch(plan)[0] == "torch==2.14.*"
+    assert not any("no wheels for Python" in w for w in plan.warnings)
+    assert planned_torch(plan_for(FRESH))[0] == "torch==2.15.*"
