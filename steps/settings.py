@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,28 +74,24 @@ def _absolute(name: str, value: str) -> Path:
 
 
 def _directory(name: str, value: str | None) -> Path | None:
-    if value is None:
-        return None
-    path = _absolute(name, value)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise _bad(name, value, f"an existing directory ({exc.strerror})") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise _bad(name, value, "an existing directory (this is not one)")
-    return path
+    return _existing(name, value, stat.S_ISDIR, "an existing directory")
 
 
 def _regular_file(name: str, value: str | None) -> Path | None:
+    return _existing(name, value, stat.S_ISREG, "an existing regular file")
+
+
+def _existing(name: str, value: str | None, is_kind: Callable[[int], bool],
+              allowed: str) -> Path | None:
     if value is None:
         return None
     path = _absolute(name, value)
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise _bad(name, value, f"an existing file ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _bad(name, value, "a regular file (this is not one)")
+        raise _bad(name, value, f"{allowed} ({exc.strerror})") from None
+    if not is_kind(st.st_mode):
+        raise _bad(name, value, f"{allowed} (this is not one)")
     return path
 
 

@@ -6,13 +6,11 @@ that index at a directory holding one of these, so no test downloads gigabytes.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import sys
-import zipfile
 from pathlib import Path
 
 from steps.knowledge import knowledge
+from tests.pkgindex import build_wheel
 
 
 def _auto_torch() -> str:
@@ -23,32 +21,6 @@ def _auto_torch() -> str:
 
 
 STANDIN_TORCH = _auto_torch()  # e.g. "2.15.0"
-
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def build_wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
-    """A pure-Python wheel `name-version-py3-none-any.whl` holding `files`."""
-    dist = f"{name}-{version}"
-    info = f"{name}-{version}.dist-info"
-    contents = {
-        **{path: text.encode() for path, text in files.items()},
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: mlsetup-tests\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
-    }
-    record = [_record_line(path, data) for path, data in contents.items()]
-    record.append(f"{info}/RECORD,,")
-    contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for member, data in contents.items():
-            zf.writestr(member, data)
-    return path
 
 
 def torch_index(
