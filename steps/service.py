@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -137,13 +138,29 @@ def _lock_socket(fs: RootFS, ticket: str) -> Path:
     return Paths(fs).state_dir / f"lock-{ticket[:16]}.sock"
 
 
+@contextlib.contextmanager
+def _socket_address(path: Path) -> Iterator[str]:
+    """`path` as a Unix socket address. sun_path holds 107 bytes; under a deep --root (a test
+    root, a container's) the path can be longer, so it is then reached through a descriptor of
+    its directory (/proc/self/fd/N/NAME, which bind and connect resolve like any path)."""
+    if len(os.fsencode(path)) < 100:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def _lock_listener(fs: RootFS, ticket: str) -> socket.socket:
     path = _lock_socket(fs, ticket)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(str(path))
+        with _socket_address(path) as address:
+            listener.bind(address)
         os.chmod(path, 0o600)
         listener.listen(1)
     except BaseException:
@@ -170,7 +187,8 @@ def take_lock(fs: RootFS, ticket: str) -> int | None:
     same open file), None if the starter handed none (the engine then takes it itself)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
-            conn.connect(str(_lock_socket(fs, ticket)))
+            with _socket_address(_lock_socket(fs, ticket)) as address:
+                conn.connect(address)
             _, fds, _, _ = socket.recv_fds(conn, 16, 1)
         except OSError:
             return None

@@ -77,7 +77,7 @@ async def test_an_answer_the_planner_cannot_use_is_refused_in_place_and_the_choi
         packages.enter("foo==")
         await pilot.pause()
         assert packages.has_class("-invalid")
-        assert 'torch.packages = ["foo=="]' in shown(app)
+        assert 'torch.packages[0] = "foo==": allowed: a PEP 508 requirement' in shown(app)
         assert app.session.answers.torch.packages == []
         assert app.session.answers.venv.path == "/srv/env"
         assert not isinstance(app.screen, ErrorScreen)
@@ -257,7 +257,10 @@ async def test_refusals_are_shown_where_decided_and_in_the_summary_and_nothing_l
         await pilot.pause()
         field(app, "toolkit.versions").enter("")
         await pilot.pause()
-        assert "Wanted: none (the field is empty" in shown(app) and "CUDA None" not in shown(app)
+        # an empty list is refused where it is typed, saying what is allowed
+        assert 'toolkit.versions = []: allowed: "auto" or a list of CUDA releases' in shown(app)
+        assert "Wanted: none; torch is the CPU build." in shown(app)
+        assert "CUDA None" not in shown(app)
         await pilot.press("5")
         await pilot.pause()
         await pilot.press("a", *"2.8.3", "enter")

@@ -148,12 +148,7 @@ class StepController:
         f, c = self.session.facts, self.session.choices()
         have = ", ".join(f"CUDA {t.version} at {t.path}" for t in f.toolkits) or "none"
         built = f"torch is built with CUDA {c.cuda}" if c.cuda else "torch is the CPU build"
-        if c.toolkits:
-            want = ", ".join(c.toolkits)
-        elif self.session.answers.toolkit.versions == "auto":
-            want = "none"
-        else:
-            want = 'none (the field is empty; "auto" = the CUDA torch is built with)'
+        want = ", ".join(c.toolkits) or "none"  # an empty list is refused at the answers
         return [f"Installed: {have}.", f"Wanted: {want}; {built}."]
 
     def _venv(self) -> list[str]:
