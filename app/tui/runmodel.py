@@ -28,7 +28,9 @@ class ActionView:
     title: str
     command: str = ""
     log: str = ""
-    status: str = "pending"  # pending | running | done | failed | already-done | dry-run
+    # pending | running | done | failed | already-done | dry-run | offline (a stack resolution
+    # that found no index, after which the engine kept the venv as it is, unlocked)
+    status: str = "pending"
     started: float | None = None
     elapsed: float | None = None
     exit_code: int | None = None
@@ -78,6 +80,20 @@ class RunModel:
     _printer: ConsolePrinter | None = None
     _out: io.StringIO = field(default_factory=io.StringIO)
 
+    def _kept_unlocked(self, notice: ev.Notice) -> None:
+        """The engine's note that it went on without a lock comes right after the failed
+        resolution (steps/engine.py, StackUnavailable): that action is no failure then."""
+        view = self.actions.get(self.current or "")
+        if (
+            view is not None
+            and view.status == "failed"
+            and view.id.startswith("venv.resolve-")
+            and self.failed is None
+            and notice.text.endswith("kept as it is, unlocked")
+        ):
+            view.status = "offline"
+            self.steps[view.step] = "running"
+
     def handle(self, event: ev.Event) -> None:
         if self.t0 is None:
             self.t0 = event.t
@@ -110,6 +126,7 @@ class RunModel:
                 self.steps[event.step] = "done"
         elif isinstance(event, ev.Notice):
             self.notices.append(event.text)
+            self._kept_unlocked(event)
         elif isinstance(event, ev.Waiting):
             self.notices.append(event.reason)
         elif isinstance(event, ev.Failed):
@@ -168,7 +185,7 @@ class RunModel:
 
     def _step_done(self, step: str) -> bool:
         return all(
-            a.status in ("done", "already-done", "dry-run")
+            a.status in ("done", "already-done", "dry-run", "offline")
             for a in self.actions.values()
             if a.step == step
         )

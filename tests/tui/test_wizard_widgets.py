@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from textual.widgets import OptionList
+
 from app.tui.app import WizardApp
 from app.tui.feed import EngineFeed
 from app.tui.screens.run import RunScreen
@@ -127,3 +129,37 @@ async def test_no_color_and_the_linux_console(monkeypatch):
         assert "\u203a" not in shown(app) and "1 Machine  2 Driver  3 Toolkit" in shown(app)
         await pilot.press("enter")
         assert "+ already satisfied" in shown(app)
+
+
+async def test_an_offline_stack_resolution_that_kept_the_venv_is_a_note_not_a_failure():
+    """steps/engine.py: no index reachable, the venv already satisfies the answers: the
+    resolve action failed, the engine says so in a Notice and goes on, unlocked."""
+    app = WizardApp(dry_session("h200-ubuntu2404"), opening="wizard")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app._show_run()
+        await pilot.pause()
+        for event in scenes.build_running()[:3]:
+            app.feed(event)
+        resolve = "venv.resolve-cu130"
+        app.feed(
+            ev.ActionStarted(step="venv", action=resolve, title="Resolve", command="uv", log="")
+        )
+        app.feed(
+            ev.ActionFinished(step="venv", action=resolve, status="failed", exit_code=2, elapsed=1)
+        )
+        app.feed(
+            ev.Notice(
+                text="no index reachable; the venv already holds a torch and packages "
+                "that satisfy the answers: kept as it is, unlocked"
+            )
+        )
+        app.feed.flush()
+        await wait_until(
+            pilot, lambda: getattr(app.model.actions.get(resolve), "status", "") == "offline"
+        )
+        await pilot.pause()
+        options = app.screen.query_one("#actions", OptionList)
+        labels = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert f"! {resolve} (offline: kept the venv unlocked)" in labels
+        assert app.model.actions[resolve].status == "offline"
+        assert app.model.steps["venv"] != "failed"

@@ -22,7 +22,7 @@ def reboot_lines(session: Session) -> list[str]:
     }[policy]
     out = [f"Reboot (reboot.policy {policy}): {how}."]
     if session.facts.secure_boot == "enabled":
-        key = knowledge().driver.mok_key_path
+        key = knowledge().driver.mok_key_for(session.facts.os.id)
         out.append(
             f"Secure Boot is on: before the reboot run sudo mokutil --import {key} and choose a "
             "one-time password; at the console during boot pick 'Enroll MOK' and type it, or "

@@ -90,7 +90,7 @@ class RunScreen(WizardScreen):
 
     def on_engine(self, event: ev.Event) -> None:
         m = self.model
-        if isinstance(event, (ev.PlanMade, ev.ActionStarted, ev.ActionFinished)):
+        if isinstance(event, (ev.PlanMade, ev.ActionStarted, ev.ActionFinished, ev.Notice)):
             self._actions()
         if isinstance(event, ev.ActionStarted) and not self.pinned:
             self._show(m.actions[event.action])
@@ -161,6 +161,10 @@ class RunScreen(WizardScreen):
         if view.id in ids:
             options.highlighted = ids.index(view.id)
 
+    def _label(self, view: ActionView) -> str:
+        note = " (offline: kept the venv unlocked)" if view.status == "offline" else ""
+        return f"{self.wizard.glyphs.status(view.status)} {view.id}{note}"
+
     def _ids(self) -> list[str]:
         return [OVERVIEW, *self.model.actions]
 
@@ -173,12 +177,11 @@ class RunScreen(WizardScreen):
 
     def _actions(self) -> None:
         options = self.query_one("#actions", OptionList)
-        g = self.wizard.glyphs
         highlighted = options.highlighted
         options.clear_options()
         options.add_options(
             [Option(f"= {self.model.overview.title}", id=OVERVIEW)]
-            + [Option(f"{g.status(a.status)} {a.id}", id=a.id) for a in self.model.actions.values()]
+            + [Option(self._label(a), id=a.id) for a in self.model.actions.values()]
         )
         if highlighted is not None and highlighted < options.option_count:
             options.highlighted = highlighted

@@ -47,14 +47,32 @@ class LogView(Log):
         self.highlighter = SearchHighlighter()
         self.source: deque[str] = deque(maxlen=max_lines)  # the lines as they came
         self.wrap_width = 0
+        self.tail_y = 0  # where following the output last put the view
+
+    @property
+    def at_tail(self) -> bool:
+        """The view is where following put it, or at the end. Log itself follows only while
+        the offset equals the end exactly; a pane made shorter (the gauge appears, a wrapped
+        batch arrives with a resize) moves the end past the offset and Log stops following
+        for good. Only the operator moves the view above where following left it."""
+        return self.scroll_offset.y >= self.tail_y or self.is_vertical_scroll_end
+
+    def follow(self) -> None:
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.tail_y = self.max_scroll_y
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> Self:
         raw = [part for line in lines for part in (line.splitlines() or [""])]
         self.source.extend(raw)
-        return super().write_lines(self._wrapped(raw), scroll_end)
+        follow = (self.auto_scroll if scroll_end is None else scroll_end) and self.at_tail
+        super().write_lines(self._wrapped(raw), scroll_end=False)
+        if follow and not self.is_vertical_scrollbar_grabbed:
+            self.follow()
+        return self
 
     def clear(self) -> Self:
         self.source.clear()
+        self.tail_y = 0
         return super().clear()
 
     def _wrapped(self, lines: list[str]) -> list[str]:
@@ -77,15 +95,14 @@ class LogView(Log):
 
     def on_resize(self) -> None:
         width = self.scrollable_content_region.width - 1  # room for the vertical scrollbar
-        if width == self.wrap_width:
-            return
-        self.wrap_width = width
-        kept = list(self.source)
-        follow = self.auto_scroll
-        super().clear()
-        super().write_lines(self._wrapped(kept))
+        follow = self.auto_scroll and self.at_tail
+        if width != self.wrap_width:
+            self.wrap_width = width
+            kept = list(self.source)
+            super().clear()
+            super().write_lines(self._wrapped(kept), scroll_end=False)
         if follow:
-            self.scroll_end(animate=False, immediate=True)
+            self.follow()
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Log measures each batch's widest line in a thread of its own; with thousands of lines
@@ -148,7 +165,8 @@ class LogPane(Vertical):
         view.clear()
         view.write_lines(lines[-self.max_lines :])
         view.auto_scroll = True
-        self.call_after_refresh(view.scroll_end, animate=False)
+        view.follow()
+        self.call_after_refresh(view.follow)
         self._status()
 
     def set_title(self, title: str, log: str = "") -> None:
@@ -233,7 +251,7 @@ class LogPane(Vertical):
 
     def action_follow(self) -> None:
         self.view.auto_scroll = True
-        self.view.scroll_end(animate=False, immediate=True)
+        self.view.follow()
 
     def action_full_screen(self) -> None:
         self.post_message(LogPane.FullScreen(self))
