@@ -78,7 +78,7 @@ def _directory(name: str, value: str | None) -> Path | None:
 
 
 def _regular_file(name: str, value: str | None) -> Path | None:
-    return _existing(name, value, stat.S_ISREG, "an existing regular file")
+    return _existing(name, value, stat.S_ISREG, "a regular file")
 
 
 def _existing(name: str, value: str | None, is_kind: Callable[[int], bool],
