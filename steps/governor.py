@@ -832,13 +832,23 @@ class Governor:
 # -- after the engine that governed a build died ----------------------------------------------
 
 END_GRACE_S = 5.0  # SIGTERM, then this long to end, then SIGKILL
+# An engine killed with SIGKILL is a zombie within milliseconds of closing its files; one that
+# closed the watchdog's pipe and is still running after this long was not killed (it exec'd,
+# or a debugger holds it) and its governor is trusted to be at work.
+WATCHDOG_ENGINE_EXIT_WAIT_S = 10.0
 
 
-def end_orphaned_build(stopped_file: Path) -> tuple[list[int], list[int]]:
+def end_orphaned_build(
+    stopped_file: Path, engine_exit_wait: float = 0.0
+) -> tuple[list[int], list[int]]:
     """Continue every job group a dead engine's governor had stopped (SIGCONT), then end its
     build: the build's output went to that engine, so nothing could use what it goes on to do,
     and a new build in the same tree must not run beside it (the objects already compiled
-    stay). Returns (groups continued, processes ended); the record is removed."""
+    stay). Returns (groups continued, processes ended); the record is removed.
+
+    `engine_exit_wait`: how long to wait for the recorded engine to be gone before deciding
+    that it lives on. The watchdog needs it: a killed process closes its files (the watchdog's
+    end-of-file) a moment before it becomes a zombie, and in that moment it still looks alive."""
     try:
         record = json.loads(read_bounded(stopped_file, 1 << 20))
         stopped = {int(pid): float(t) for pid, t in dict(record["stopped"]).items()}
@@ -851,8 +861,12 @@ def end_orphaned_build(stopped_file: Path) -> tuple[list[int], list[int]]:
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         stopped_file.unlink(missing_ok=True)  # damaged: nothing in it can be trusted
         return [], []
-    if engine and engine != os.getpid() and _process(engine, engine_started) is not None:
-        return [], []  # that engine lives on: its governor is still at work
+    if engine and engine != os.getpid():
+        deadline = time.monotonic() + engine_exit_wait
+        while _process(engine, engine_started) is not None:
+            if time.monotonic() >= deadline:
+                return [], []  # that engine lives on: its governor is still at work
+            time.sleep(0.02)
     groups = [p for pid, t in stopped.items() if (p := _process(pid, t)) is not None]
     for p in groups:
         _signal_group(p.pid, signal.SIGCONT)
@@ -917,7 +931,7 @@ def _watch(stopped_file: Path) -> None:
     without stopping its governor (the record is still there), continue and end what it left."""
     while sys.stdin.buffer.read(4096):
         pass
-    end_orphaned_build(stopped_file)
+    end_orphaned_build(stopped_file, engine_exit_wait=WATCHDOG_ENGINE_EXIT_WAIT_S)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import stat
@@ -294,3 +295,47 @@ def test_default_budget_is_available_memory_minus_the_reserve() -> None:
     gov.stop()
     assert min(before, after) - 512 * MiB - 64 * MiB <= gov.budget
     assert gov.budget <= max(before, after) - 512 * MiB + 64 * MiB
+
+
+# An engine that starts the real watchdog, parks a job group, records it the way the governor
+# does, then closes the watchdog's pipe and lingers before exiting: the moment a SIGKILLed
+# engine spends between closing its files and becoming a zombie, made long enough to see.
+_LINGERING_ENGINE = """
+import json, os, signal, subprocess, sys, time
+record, linger = sys.argv[1], float(sys.argv[2])
+job = subprocess.Popen(["sleep", "300"], start_new_session=True)
+os.killpg(job.pid, signal.SIGSTOP)
+import psutil
+me = psutil.Process()
+with open(record, "w") as f:
+    json.dump({"engine": me.pid, "engine_started": me.create_time(), "root": None,
+               "root_started": 0.0,
+               "stopped": {str(job.pid): psutil.Process(job.pid).create_time()}}, f)
+watchdog = subprocess.Popen([sys.executable, "-m", "steps.governor", record],
+                            stdin=subprocess.PIPE, start_new_session=True)
+print(job.pid, watchdog.pid, flush=True)
+watchdog.stdin.close()
+time.sleep(linger)
+os._exit(9)
+"""
+
+
+@pytest.mark.parametrize("linger", [0.0, 0.5])
+def test_watchdog_ends_the_parked_jobs_of_an_engine_that_takes_a_moment_to_die(
+    tmp_path: Path, linger: float
+) -> None:
+    """The watchdog's end-of-file comes before the dying engine is gone: it waits for the
+    engine to be gone instead of taking it for alive and leaving the parked jobs stopped (a
+    kill -9 in test_faults did that about one time in four)."""
+    record = tmp_path / "governed-build.json"
+    engine = subprocess.run(
+        [sys.executable, "-c", _LINGERING_ENGINE, str(record), str(linger)],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
+    )
+    job_pid, watchdog_pid = (int(x) for x in engine.stdout.split())
+    watchdog = psutil.Process(watchdog_pid)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        watchdog.wait(timeout=30)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert psutil.Process(job_pid).status() == psutil.STATUS_ZOMBIE, "the parked job ended"
+    assert not record.exists(), "the watchdog removes the record of the build it ended"
