@@ -78,7 +78,7 @@ def _watchdogs() -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if "steps.governor" in p.cmdline():
+            if "steps.orphans" in p.cmdline():
                 out.append(p)
     return out
 

@@ -311,7 +311,7 @@ with open(record, "w") as f:
     json.dump({"engine": me.pid, "engine_started": me.create_time(), "root": None,
                "root_started": 0.0,
                "stopped": {str(job.pid): psutil.Process(job.pid).create_time()}}, f)
-watchdog = subprocess.Popen([sys.executable, "-m", "steps.governor", record],
+watchdog = subprocess.Popen([sys.executable, "-m", "steps.orphans", record],
                             stdin=subprocess.PIPE, start_new_session=True)
 print(job.pid, watchdog.pid, flush=True)
 watchdog.stdin.close()
