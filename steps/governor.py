@@ -141,14 +141,6 @@ class Governor:
         self._thread = threading.Thread(target=self._loop, name="memory-governor", daemon=True)
 
     @property
-    def ceiling(self) -> int:
-        return self._throttle.ceiling
-
-    @property
-    def reserve(self) -> int:
-        return self._throttle.reserve
-
-    @property
     def budget(self) -> int:
         return self._throttle.budget
 
