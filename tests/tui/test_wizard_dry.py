@@ -118,6 +118,7 @@ async def test_invalid_choices_are_refused_in_place_with_the_reason():
         assert "nvidia-driver-pinning-590" in shown(app)  # the commands follow the choice
 
         await pilot.click("#next")  # Toolkit: an unknown CUDA release
+        await pilot.pause()  # its fields mounted (under load the click returns before)
         assert app.screen.name == "toolkit"
         versions = app.screen.query_one(ChoiceField)
         versions.enter("11.9, 13.0")
