@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 
 class MlsetupError(Exception):
@@ -93,7 +94,7 @@ def _render(value: object, depth: int) -> str:
     return json.dumps(value, default=str)
 
 
-def _allowed(err: dict) -> str:
+def _allowed(err: ErrorDetails) -> str:
     if err["type"] == "string_pattern_mismatch":
         return f"allowed: text matching {err['ctx']['pattern']}"
     msg = err["msg"]

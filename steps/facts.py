@@ -11,7 +11,7 @@ import json
 import posixpath
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from packaging.version import Version
 from pydantic import (
@@ -26,7 +26,9 @@ from pydantic import (
 from steps.errors import InputError, describe_validation_error, show_value
 from steps.inputs import parse_json, read_input
 
-FACTS_SCHEMA = "mlsetup.facts/1"
+FACTS_SCHEMA: Final = "mlsetup.facts/1"
+SecureBoot = Literal["enabled", "disabled", "unknown"]
+KernelModules = Literal["open", "proprietary"]  # the NVIDIA kernel modules
 
 
 # A recorded facts file is input like an answers file: every value that can become a path, an
@@ -100,7 +102,7 @@ class Gpu(_Strict):
 class DriverInfo(_Strict):
     version: str = Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$")
     cuda_max: MajorMinor | None
-    modules: Literal["open", "proprietary"] | None
+    modules: KernelModules | None
     loaded: bool
 
     @property
@@ -128,7 +130,7 @@ class Facts(_Strict):
     schema_: Literal["mlsetup.facts/1"] = Field(alias="schema", default=FACTS_SCHEMA)
     os: OsInfo
     kernel: KernelInfo
-    secure_boot: Literal["enabled", "disabled", "unknown"]
+    secure_boot: SecureBoot
     cpu: CpuInfo
     memory: MemoryInfo
     disk_free_bytes: Annotated[dict[AbsolutePath, Bytes | None], Field(max_length=16)]

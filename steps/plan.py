@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Literal
+from typing import Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PLAN_SCHEMA = "mlsetup.plan/1"
-STEP_ORDER = ("driver", "toolkit", "venv", "extensions")
+PLAN_SCHEMA: Final = "mlsetup.plan/1"
+StepName = Literal["driver", "toolkit", "venv", "extensions"]
+STEP_ORDER: tuple[StepName, ...] = get_args(StepName)
 
 
 class Action(BaseModel):
@@ -37,7 +38,7 @@ class Action(BaseModel):
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["driver", "toolkit", "venv", "extensions"]
+    name: StepName
     status: Literal["pending", "satisfied"]
     reason: str
     actions: list[Action] = Field(default_factory=list)
@@ -64,9 +65,9 @@ class Plan(BaseModel):
         return [a for s in self.steps for a in s.actions]
 
 
-def satisfied(name: str, reason: str) -> Step:
+def satisfied(name: StepName, reason: str) -> Step:
     return Step(name=name, status="satisfied", reason=reason)
 
 
-def pending(name: str, reason: str, actions: list[Action]) -> Step:
+def pending(name: StepName, reason: str, actions: list[Action]) -> Step:
     return Step(name=name, status="pending", reason=reason, actions=actions)

@@ -26,9 +26,11 @@ from steps.facts import (
     Facts,
     Gpu,
     KernelInfo,
+    KernelModules,
     MemoryInfo,
     OsInfo,
     PythonInfo,
+    SecureBoot,
     Toolkit,
     UserInfo,
 )
@@ -136,7 +138,7 @@ def _kernel(fs: RootFS) -> KernelInfo:
     return KernelInfo(release=release, headers_installed=headers)
 
 
-def _secure_boot(fs: RootFS) -> str:
+def _secure_boot(fs: RootFS) -> SecureBoot:
     if not fs.exists("/sys/firmware/efi"):
         return "disabled"  # booted by BIOS: Secure Boot cannot be on
     try:
@@ -255,7 +257,7 @@ def _driver(fs: RootFS, nvml: NvmlReading | None) -> DriverInfo | None:
     version = nvml.driver_version if nvml else (m.group(1) if m else None)
     if version is None:
         return None
-    modules = None
+    modules: KernelModules | None = None
     if text is not None:
         modules = "open" if "Open Kernel Module" in text else "proprietary"
     cuda_max = nvml.cuda_max if nvml else knowledge().cuda.newest_supported_by_driver(version)

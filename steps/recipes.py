@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -193,7 +193,9 @@ _FILE = TypeAdapter(dict[RecipeName, RecipeModel])
 class Variant:
     versions: str
     nvcc: str
-    fields: dict[str, object]
+    # ExtensionRecipe fields this variant overrides, as RecipeModel validated them (Any: a value's
+    # type depends on its key, which the dataclass checks when `for_build` replaces them)
+    fields: dict[str, Any]
 
     def applies(self, version: str, nvcc: str | None) -> bool:
         return _within(version, self.versions) and _within(nvcc, self.nvcc)
@@ -237,8 +239,8 @@ class ExtensionRecipe:
                 continue
             changes = dict(variant.fields)
             if "arch_map" in changes:
-                changes["arch_map"] = {**out.arch_map, **changes["arch_map"]}  # type: ignore[dict-item]
-            out = dataclasses.replace(out, **changes)  # type: ignore[arg-type]
+                changes["arch_map"] = {**out.arch_map, **changes["arch_map"]}
+            out = dataclasses.replace(out, **changes)
         return out
 
     def requirement_for(self, version: str) -> str:
@@ -274,7 +276,8 @@ def _recipe(name: str, model: RecipeModel) -> ExtensionRecipe:
     return ExtensionRecipe(name=name, variants=variants, **_tuples(data))
 
 
-def _tuples(fields: dict[str, object]) -> dict[str, object]:
+def _tuples(fields: dict[str, Any]) -> dict[str, Any]:
+    """A model dump as dataclass fields: lists as the tuples the frozen recipe holds."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
 
 

@@ -68,7 +68,7 @@ def engine_argv(args: list[str]) -> list[str]:
 
 def resume_unit() -> str:
     """The one-shot resume unit (assets/systemd), its ExecStart naming this installation."""
-    template = resources.files("assets").joinpath("systemd", RESUME_UNIT).read_text()
+    template = (resources.files("assets") / "systemd" / RESUME_UNIT).read_text()
     command = " ".join(_unit_word(word) for word in mlsetup_command())
     return template.replace("@MLSETUP@", command)
 

@@ -13,14 +13,14 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from steps.errors import InputError
 from steps.safefs import MiB, read_bounded
 
-STATE_SCHEMA = "mlsetup.state/1"
+STATE_SCHEMA: Final = "mlsetup.state/1"
 # A real state is a few KiB (the plan and one record per action); past these it is not ours.
 STATE_LIMIT = MiB
 STATE_MAX_DEPTH = 32

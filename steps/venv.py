@@ -84,9 +84,10 @@ def settle_lock(fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | No
         try:
             lock = load_lock(saved, STATE_LOCK)
         except InputError:
-            lock = None  # damaged: resolve again and replace it
-        if lock is not None and lock.key == key:
-            return lock
+            pass  # damaged: resolve again and replace it
+        else:
+            if lock.key == key:
+                return lock
     if run is None or workdir is None:
         return None
     return resolve(facts, answers, run, workdir, (reqs, python, platform, builds, key))

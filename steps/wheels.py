@@ -18,9 +18,9 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from steps.accounts import lookup_account
 from steps.paths import CACHE_DIR
 from steps.rootfs import RootFS
-from steps.runner import lookup_account
 from steps.safefs import (
     copy_into,
     open_dir,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: a venv in .venv with the project and its test
-# extras, ruff, then pytest (which exits non-zero when a test fails or none ran).
+# extras, the static checks, then pytest (which exits non-zero when a test fails or none ran).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -19,5 +19,11 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-.venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# ruff, ruff format, mypy, yamllint and ansible-lint (tests/checks.sh, also the pre-commit hooks),
+# then pytest even when one failed, so one run shows everything; either failing fails the run.
+checks=0
+./tests/checks.sh || checks=$?
+pytest=0
+.venv/bin/python -m pytest "$@" || pytest=$?
+[ "$checks" -eq 0 ] || echo "run.sh: a static check FAILED (checks.sh's findings, above pytest's)" >&2
+exit $((pytest ? pytest : checks))
