@@ -44,7 +44,7 @@ class LogView(Log):
     def __init__(self, max_lines: int, **kwargs) -> None:
         # the view holds wrapped rows: room for each kept line to wrap a few times
         super().__init__(max_lines=max_lines * 4, highlight=True, **kwargs)
-        self.highlighter = SearchHighlighter()
+        self.highlighter: SearchHighlighter = SearchHighlighter()
         self.source: deque[str] = deque(maxlen=max_lines)  # the lines as they came
         self.wrap_width = 0
         self.tail_y = 0  # where following the output last put the view
