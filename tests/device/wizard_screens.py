@@ -8,15 +8,18 @@ Run on the GPU server, as root, after starting the apply detached, e.g.:
     python3 tests/device/wizard_screens.py --out "$OUT" --seconds 480 --every 20
 
 It waits (--wait) for the apply's lock, opens the wizard as `sudo mlsetup` would (the opening
-is "attach"), and every --every seconds saves run-<size>-<seconds>.svg for each --sizes, plus a
-line in wizard-screens.txt (RAM %, jobs, build progress): the gauge moving. It stops after
---seconds or when the run ends (one last shot); quitting the wizard never stops the apply.
+is "attach"), and every --every seconds saves run-<size>-<seconds>.svg for each --sizes, beside it
+run-<size>-<seconds>.json (where the Log pane's view is: offset, end, rows, whether the last line
+is on screen) and a line in wizard-screens.txt (RAM %, jobs, build progress): the gauge moving.
+It stops after --seconds or when the run ends (one last shot); quitting the wizard never stops
+the apply.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -63,7 +66,9 @@ async def shoot(args: argparse.Namespace) -> int:
             for width, height in sizes:
                 await pilot.resize_terminal(width, height)
                 await pilot.pause(0.5)
-                app.save_screenshot(f"run-{width}x{height}-{t:04d}s.svg", str(args.out))
+                name = f"run-{width}x{height}-{t:04d}s"
+                app.save_screenshot(f"{name}.svg", str(args.out))
+                (args.out / f"{name}.json").write_text(json.dumps(log_state(app), indent=1))
             notes.write(line(app, t) + "\n")
             notes.flush()
             if app.model.done or time.monotonic() - started > args.seconds:
@@ -71,6 +76,37 @@ async def shoot(args: argparse.Namespace) -> int:
             await asyncio.sleep(args.every)
     print(f"screenshots in {args.out}; the apply goes on: sudo mlsetup follows it")
     return 0
+
+
+def log_state(app) -> dict:
+    """Where the Run screen's Log pane is: following the tail, its last line on screen."""
+    from app.tui.widgets.logpane import LogPane
+
+    try:
+        pane = app.screen.query_one(LogPane)
+    except Exception as exc:  # another screen is on top: say which
+        return {"screen": type(app.screen).__name__, "error": str(exc)}
+    view = pane.view
+    height = view.scrollable_content_region.height
+    y = view.scroll_offset.y
+    return {
+        "screen": type(app.screen).__name__,
+        "action": pane.action_id,
+        "offset_y": y,
+        "max_scroll_y": view.max_scroll_y,
+        "tail_y": view.tail_y,
+        "at_tail": view.at_tail,
+        "auto_scroll": view.auto_scroll,
+        "view_height": height,
+        "wrap_width": view.wrap_width,
+        "rows": view.line_count,
+        "source_lines": len(view.source),
+        "last_line_visible": y + height >= view.line_count,
+        "last_line": view.source[-1][-200:] if view.source else "",
+        "bottom_row": view.lines[min(y + height, view.line_count) - 1][-200:]
+        if view.line_count
+        else "",
+    }
 
 
 def line(app, t: int) -> str:
@@ -83,6 +119,9 @@ def line(app, t: int) -> str:
     if m.progress is not None:
         parts.append(f"build={m.progress.done}/{m.progress.total}")
     parts.append(f"throttles={len(m.throttles)}")
+    log = log_state(app)
+    if "offset_y" in log:
+        parts.append(f"log={log['offset_y']}/{log['max_scroll_y']} last={log['last_line_visible']}")
     if app.model.finished is not None:
         parts.append(f"finished={app.model.finished.result}")
     return " ".join(parts)

@@ -4,6 +4,8 @@ screen attached to a running build ends at the tail of what it replays."""
 
 from __future__ import annotations
 
+from textual.geometry import Size
+
 from app.tui.app import WizardApp
 from app.tui.screens.run import RunScreen
 from app.tui.widgets.logpane import LogPane
@@ -92,3 +94,36 @@ async def test_attach_replays_the_stream_and_ends_at_the_tail():
         assert _at_tail(pane), (pane.view.scroll_offset.y, pane.view.max_scroll_y)
         await _feed(app, pilot, _lines(300, 30))
         assert _at_tail(pane), (pane.view.scroll_offset.y, pane.view.max_scroll_y)
+
+
+async def test_a_taller_pane_made_shorter_before_its_resize_is_handled_keeps_following():
+    """The H200 Run screen stuck at the first lines of a flash-attn build: the terminal grew
+    (tests/device/wizard_screens.py alternates 80x24 and 120x40), the layout clamped the
+    view's offset to the new, smaller end, and the pane got a row shorter again (the gauge's
+    throttle line re-wrapping) in a second layout before the view handled its Resize, as a
+    busy machine has it. The offset was then above the end and below where following had
+    left it in the shorter pane, and no later line was followed. The two layouts are run
+    back to back here (a terminal made taller, then a row shorter)."""
+    app = WizardApp(dry_session("h200-ubuntu2404"), opening="attach")
+    async with app.run_test(size=(120, 30)) as pilot:
+        for event in scenes.build_running():
+            app.feed(event)
+        app.feed.flush()
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
+        pane = app.screen.query_one(LogPane)
+        await _feed(app, pilot, _lines(0, 150))
+        view = pane.view
+        assert _at_tail(pane), (view.scroll_offset.y, view.max_scroll_y)
+        short = view.size.height
+
+        screen = app.screen
+        screen._refresh_layout(Size(120, 40))  # the view's Resize is queued, not handled yet
+        assert view.size.height > short and view.scroll_offset.y == view.max_scroll_y
+        screen._refresh_layout(Size(120, 39))
+        assert view.scroll_offset.y == view.max_scroll_y - 1
+        await pilot.resize_terminal(120, 39)  # the terminal is that size; the Resizes handled
+        await pilot.pause()
+
+        await _feed(app, pilot, _lines(150, 30))
+        assert _at_tail(pane), (view.scroll_offset.y, view.max_scroll_y, view.tail_y)
+        assert view.lines[-1].startswith("line 179")

@@ -44,7 +44,7 @@ class LogView(Log):
     def __init__(self, max_lines: int, **kwargs) -> None:
         # the view holds wrapped rows: room for each kept line to wrap a few times
         super().__init__(max_lines=max_lines * 4, highlight=True, **kwargs)
-        self.highlighter = SearchHighlighter()
+        self.highlighter: SearchHighlighter = SearchHighlighter()
         self.source: deque[str] = deque(maxlen=max_lines)  # the lines as they came
         self.wrap_width = 0
         self.tail_y = 0  # where following the output last put the view
@@ -56,6 +56,17 @@ class LogView(Log):
         batch arrives with a resize) moves the end past the offset and Log stops following
         for good. Only the operator moves the view above where following left it."""
         return self.scroll_offset.y >= self.tail_y or self.is_vertical_scroll_end
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        # A taller pane (80x24 -> 120x40, the gauge or the failure box changing) clamps the
+        # offset to the new, smaller end without `follow`. Where the view is at the end, that
+        # is where following is now: else a pane made shorter again before the next batch (the
+        # gauge's throttle line wrapping, a second resize) leaves the offset below a `tail_y`
+        # kept from the shorter pane and above the end, and following stopped for good (the
+        # H200 Run screen stuck at the first lines of a flash-attn build).
+        super().watch_scroll_y(old_value, new_value)
+        if round(new_value) >= self.max_scroll_y:
+            self.tail_y = self.max_scroll_y
 
     def follow(self) -> None:
         self.scroll_end(animate=False, immediate=True, x_axis=False)
