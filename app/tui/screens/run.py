@@ -14,10 +14,11 @@ from textual.widgets.option_list import Option
 from app.tui.feed import EngineFeed
 from app.tui.runmodel import OVERVIEW, ActionView, RunModel
 from app.tui.screens.base import WizardScreen
-from app.tui.widgets.gauge import MemoryGauge, duration
+from app.tui.widgets.gauge import MemoryGauge
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
 from steps.plan import STEP_ORDER
+from steps.units import duration
 
 
 class RunScreen(WizardScreen):
@@ -232,8 +233,8 @@ class RunScreen(WizardScreen):
                 text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
         elif m.current:
             view = m.actions.get(m.current)
-            ran = m.elapsed(self.wizard.clock())
-            text = f"running {duration(ran)} {dot} {view.title if view else m.current}"
+            ran = duration(m.elapsed(self.wizard.clock()), tenths=False)
+            text = f"running {ran} {dot} {view.title if view else m.current}"
         else:
             text = f"starting{self.wizard.glyphs['more']}"
         if m.dry_run and m.finished is None:
