@@ -40,13 +40,17 @@ def shown(app: WizardApp) -> str:
 
 
 class Recorder:
-    """The messages the app dispatched (App.run_test(message_hook=...))."""
+    """The messages posted while the app ran (App.run_test(message_hook=...)), each once: the
+    hook sees a message again at each node it bubbles to."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self._seen: set[int] = set()  # ids of recorded messages (kept alive by the list)
 
     def __call__(self, message: Message) -> None:
-        self.messages.append(message)
+        if id(message) not in self._seen:
+            self._seen.add(id(message))
+            self.messages.append(message)
 
     def of(self, kind: type) -> list:
         return [m for m in self.messages if isinstance(m, kind)]

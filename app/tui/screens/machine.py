@@ -51,4 +51,4 @@ class MachineScreen(WizardScreen):
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
-        self.wizard.next_from("machine")
+        self.wizard.nav.next_from("machine")
