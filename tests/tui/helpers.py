@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Static
 
 from app.tui.app import WizardApp
+from app.tui.screens.run import RunScreen
 from app.tui.session import Session
 from tests.common import MACHINES
 
@@ -54,6 +55,15 @@ class Recorder:
 
     def of(self, kind: type) -> list:
         return [m for m in self.messages if isinstance(m, kind)]
+
+
+async def show_run(pilot: Pilot) -> None:
+    """The Run screen, pushed from inside the app as Apply pushes it: a screen pushed from the
+    test's own task would run its message pumps outside `run_test(message_hook=...)`."""
+    app = pilot.app
+    assert isinstance(app, WizardApp)
+    app.call_later(app.runs.show_run)
+    await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.is_mounted)
 
 
 async def wait_until(

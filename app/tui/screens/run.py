@@ -14,14 +14,13 @@ from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from app.tui.controllers.run import status_line, steps_line
 from app.tui.feed import EngineFeed
 from app.tui.runmodel import OVERVIEW, ActionView, RunModel
 from app.tui.screens.base import WizardScreen
 from app.tui.widgets.gauge import MemoryGauge
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
-from steps.plan import STEP_ORDER
-from steps.units import duration
 
 
 class RunScreen(WizardScreen):
@@ -232,19 +231,7 @@ class RunScreen(WizardScreen):
             options.highlighted = highlighted
 
     def _steps_line(self) -> None:
-        g = self.wizard.glyphs
-        parts = []
-        for name in STEP_ORDER:
-            status = self.model.steps.get(name, "pending")
-            mark = g.status(status if status != "running" else "running")
-            style = {
-                "done": "$success",
-                "satisfied": "$success",
-                "failed": "$error",
-                "running": "$accent",
-            }.get(status, "$text-muted")
-            parts.append(f"[{style}]{mark} {name}[/]")
-        self.query_one("#steps-line", Static).update("  ".join(parts))
+        self.query_one("#steps-line", Static).update(steps_line(self.model, self.wizard.glyphs))
 
     def _failure(self) -> None:
         f = self.model.failed
@@ -266,23 +253,7 @@ class RunScreen(WizardScreen):
             self._show(self.model.actions[f.action])
 
     def _status(self) -> None:
-        m = self.model
-        dot = self.wizard.glyphs["dot"]
-        if m.lost:
-            text = f"The engine stopped: {m.lost}"
-        elif m.finished is not None:
-            f = m.finished
-            text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
-            if m.dry_run:
-                text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
-        elif m.current:
-            view = m.actions.get(m.current)
-            ran = duration(m.elapsed(self.wizard.clock()), tenths=False)
-            text = f"running {ran} {dot} {view.title if view else m.current}"
-        else:
-            text = f"starting{self.wizard.glyphs['more']}"
-        if m.dry_run and m.finished is None:
-            text = f"dry run: nothing is executed {dot} " + text
+        text = status_line(self.model, self.wizard.glyphs, self.wizard.clock())
         self.query_one("#status", Static).update(text)
 
     def _tick(self) -> None:
