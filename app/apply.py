@@ -119,8 +119,9 @@ def apply(args: argparse.Namespace) -> int:
     return _view(fs, ticket)
 
 
-def _view(fs: RootFS, ticket: str | None, lock_handed: bool = True) -> int:
-    """Print the run's events until it ends; the run goes on if this viewer is killed."""
+def _view(fs: RootFS, ticket: str | None) -> int:
+    """Print the run's events until it ends; the run goes on if this viewer is killed. The
+    engine it follows holds the apply lock its starter handed it (or, attached, its own)."""
 
     def leave(signum: int, _frame: object) -> None:
         sys.stderr.write(
@@ -131,7 +132,7 @@ def _view(fs: RootFS, ticket: str | None, lock_handed: bool = True) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, leave)
-    follower = RunFollower(fs, ticket, lock_handed=lock_handed)
+    follower = RunFollower(fs, ticket, lock_handed=True)
     printer = ConsolePrinter()
     for event in follower.events():
         printer(event)
