@@ -87,9 +87,11 @@ class RunFollower:
     def engine_log_tail(self, lines: int = LOG_TAIL) -> list[str]:
         """The last lines the detached engine wrote outside its event log."""
         try:
-            return (self.paths.log_dir / "engine.log").read_text(errors="replace").splitlines()[
-                -lines:
-            ]
+            return (
+                (self.paths.log_dir / "engine.log")
+                .read_text(errors="replace")
+                .splitlines()[-lines:]
+            )
         except OSError:
             return []
 

@@ -71,8 +71,7 @@ def test_a_killed_engine_is_lost_with_the_resume_command(tmp_path):
     follower = RunFollower(fs, None, poll=0.02)
     assert [type(e).__name__ for e in follower.events()] == ["RunStarted", "Notice"]
     assert follower.lost() == (
-        "the engine stopped without finishing (killed?); "
-        "continue with: sudo mlsetup apply --resume"
+        "the engine stopped without finishing (killed?); continue with: sudo mlsetup apply --resume"
     )
 
 
