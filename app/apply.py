@@ -6,16 +6,13 @@ import argparse
 import os
 import signal
 import sys
-import time
-from pathlib import Path
 
 from app.console import ConsolePrinter
+from app.follower import RunFollower, no_space_text
 from steps.answers import answers_from_toml, read_answers
 from steps.choices import check_on_machine, choose
-from steps.diagnose import no_space
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError
-from steps.events import Finished, RunStarted, follow
 from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
@@ -23,8 +20,6 @@ from steps.rootfs import RootFS
 from steps.service import start_detached, take_handover, take_lock
 from steps.settings import settings
 from steps.state import CorruptState, load_state
-
-START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 
 
 def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
@@ -118,36 +113,15 @@ def apply(args: argparse.Namespace) -> int:
     except OSError as exc:
         if exc.errno not in NO_SPACE:
             raise
-        raise MlsetupError(_no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
+        raise MlsetupError(no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
     finally:
         lock.release()
     return _view(fs, ticket)
 
 
-def _no_space_text(path: str) -> str:
-    diagnosis = no_space(path)
-    return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"
-
-
-def _full_disk(paths: Paths) -> Path | None:
-    """mlsetup's state or log directory, if its disk has no space left."""
-    for directory in (paths.state_dir, paths.log_dir):
-        try:
-            st = os.statvfs(directory)
-        except OSError:
-            continue
-        if st.f_bavail * st.f_frsize < 64 * 1024:
-            return directory
-    return None
-
-
 def _view(fs: RootFS, ticket: str | None) -> int:
-    """Print the run's events until it ends; the run goes on if this viewer is killed."""
-    paths = Paths(fs)
-    lock = ApplyLock(paths.lock)
-    printer = ConsolePrinter()
-    started = time.monotonic()
-    seen_start = False
+    """Print the run's events until it ends; the run goes on if this viewer is killed. The
+    engine it follows holds the apply lock its starter handed it (or, attached, its own)."""
 
     def leave(signum: int, _frame: object) -> None:
         sys.stderr.write(
@@ -158,39 +132,13 @@ def _view(fs: RootFS, ticket: str | None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, leave)
-
-    def gone() -> bool:
-        if not seen_start:  # the engine holds the lock its starter handed it until it ends
-            return lock.holder() is None or time.monotonic() - started > START_TIMEOUT
-        return lock.holder() is None
-
-    for event in follow(paths.current_events, stop=gone):
-        if isinstance(event, RunStarted):
-            seen_start = ticket is None or event.ticket == ticket
-            if seen_start:
-                printer.t0 = None
-        if not seen_start:
-            continue
+    follower = RunFollower(fs, ticket, lock_handed=True)
+    printer = ConsolePrinter()
+    for event in follower.events():
         printer(event)
-        if isinstance(event, Finished):
-            return event.code
-    full = _full_disk(paths)
-    if full is not None:  # the engine could not write what it would have said
-        sys.stderr.write(f"mlsetup: {_no_space_text(str(full))}\n")
-        return 1
-    if not seen_start:
-        log = paths.log_dir / "engine.log"
-        tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
-        sys.stderr.write(
-            "mlsetup: the engine did not start; its output:\n"
-            + "\n".join(f"  | {line}" for line in tail)
-            + "\n"
-        )
-        return 1
-    sys.stderr.write(
-        "mlsetup: the engine stopped without finishing (killed?); "
-        "continue with: sudo mlsetup apply --resume\n"
-    )
+    if follower.finished is not None:
+        return follower.finished.code
+    sys.stderr.write(f"mlsetup: {follower.lost()}\n")
     return 1
 
 

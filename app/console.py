@@ -6,6 +6,7 @@ import sys
 from collections import deque
 from typing import TextIO
 
+from app.machine_summary import machine_rows, rows_text
 from steps.events import (
     ActionFinished,
     ActionStarted,
@@ -25,53 +26,12 @@ from steps.events import (
 )
 from steps.facts import Facts
 from steps.plan import Plan
+from steps.units import clock, duration
 from steps.warnings import machine_warnings
-
-GIB = 2**30
-
-
-def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = True) -> str:
-    os_ = facts.os
-    lines = [
-        f"Machine     {os_.pretty or os_.id or 'unknown OS'} ({os_.arch}), kernel "
-        f"{facts.kernel.release or 'unknown'}"
-    ]
-    if facts.gpus:
-        for g in facts.gpus:
-            cc = f"compute {g.compute_capability}" if g.compute_capability else "compute unknown"
-            mem = f", {_gib(g.memory_bytes)}" if g.memory_bytes else ""
-            name = g.name or f"unknown NVIDIA GPU {g.pci_device_id}"
-            lines.append(f"GPU {g.index:<7} {name} ({cc}{mem}) at {g.pci_bus_id} [{g.source}]")
-    else:
-        lines.append("GPUs        none found")
-    d = facts.driver
-    if d:
-        state = "loaded" if d.loaded else "installed, not loaded"
-        lines.append(
-            f"Driver      {d.version} ({d.modules or 'unknown'} modules, {state}), "
-            f"CUDA up to {d.cuda_max or 'unknown'}"
-        )
-    else:
-        lines.append("Driver      none loaded")
-    tk = ", ".join(f"CUDA {t.version} ({t.path})" for t in facts.toolkits) or "none"
-    lines.append(f"Toolkits    {tk}")
-    py = ", ".join(f"{p.version} ({p.path})" for p in facts.pythons) or "none found"
-    lines.append(f"Python      {py}")
-    m = facts.memory
-    swap = "no swap" if not m.swap_total_bytes else f"{_gib(m.swap_total_bytes)} swap"
-    lines.append(
-        f"CPU, RAM    {facts.cpu.logical or '?'} logical CPUs, {_gib(m.total_bytes)} RAM "
-        f"({_gib(m.available_bytes)} available), {swap}"
-    )
-    disks = ", ".join(f"{p} {_gib(v)}" for p, v in facts.disk_free_bytes.items())
-    lines.append(f"Disk free   {disks}")
-    lines.append(f"Secure Boot {facts.secure_boot}")
-    if facts.user:
-        lines.append(f"User        {facts.user.name} ({facts.user.home})")
+    lines = [rows_text(machine_rows(facts, detailed=True), width=12)]
     shown = (machine_warnings(facts) if warnings else []) + (notes or [])
     if shown:
         lines.append("")
@@ -98,19 +58,6 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60:02d}:{rem % 60:02d}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    m, s = divmod(int(seconds), 60)
-    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
-
-
 class ConsolePrinter:
     """Events as plain progress lines, fit for a terminal, a log file or cloud-init."""
 
@@ -129,7 +76,7 @@ class ConsolePrinter:
         if self.t0 is None:
             self.t0 = t
         self.out.write(
-            f"[{_clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n"
+            f"[{clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n"
         )
         self.out.flush()
         self.last_print = t
@@ -169,7 +116,7 @@ class ConsolePrinter:
             if t - self.last_print >= self.HEARTBEAT:
                 ran = t - self.started.get(event.action, t)
                 self._print(
-                    t, f"    … {event.action} running {_duration(ran)}: {event.line.strip()[:90]}"
+                    t, f"    … {event.action} running {duration(ran)}: {event.line.strip()[:90]}"
                 )
         elif isinstance(event, BuildProgress):
             if t - self.last_print >= self.HEARTBEAT:
@@ -180,7 +127,7 @@ class ConsolePrinter:
                 "already-done": " (done in an earlier run)",
                 "dry-run": " (dry run: not executed)",
             }.get(event.status, "")
-            took = f" in {_duration(event.elapsed)}" if event.status in ("done", "failed") else ""
+            took = f" in {duration(event.elapsed)}" if event.status in ("done", "failed") else ""
             code = f" exit {event.exit_code}" if event.status == "failed" else ""
             self._print(t, f"  {mark} {event.action}{code}{took}{extra}")
             if event.action.endswith(".smoke") and event.status == "done" and self.tail:

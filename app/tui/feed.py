@@ -1,40 +1,36 @@
-"""Engine events into the app, from whichever thread reads them.
+"""Engine events into the wizard, from whichever thread reads them.
 
-The engine (a dry run in a thread, or the detached apply whose event stream a thread
-follows) calls `EngineFeed` as its sink. Every event except `Output` is posted to the app at
-once as an `EngineFeed.Event` message, in order. Output lines are only appended to a bounded
-buffer; the app drains it on a timer (`flush`), so a compiler printing thousands of lines a
-second costs one message per tick, and when the screen cannot keep up the oldest lines are
-dropped from the pane (never from the log file on disk).
+The engine (a dry run in a thread, or the detached apply whose event log a thread follows,
+app.follower) calls `EngineFeed` as its sink. Every event except `Output` is posted at once
+as an `EngineFeed.Event` message, in order, to the Run screen (app.tui.running). Output
+lines are only appended to a bounded buffer; the app drains it on a timer (`flush`), so a
+compiler printing thousands of lines a second costs one message per tick, and when the
+screen cannot keep up the oldest lines are dropped from the pane (never from the log file
+on disk).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from textual.message import Message
 
 from steps import events as ev
-from steps.engine import ApplyLock
-from steps.paths import Paths
-from steps.rootfs import RootFS
 
 PENDING_LINES = 2000  # lines held between two flushes: what the pane shows, no more
-START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 
 
 class EngineFeed:
-    class Event(Message):
+    class Event(Message, bubble=False):
         """One engine event (anything but output lines)."""
 
         def __init__(self, event: ev.Event) -> None:
             super().__init__()
             self.event = event
 
-    class Lines(Message):
+    class Lines(Message, bubble=False):
         """Output lines of one action, in order; `dropped` lines were skipped to keep up."""
 
         def __init__(self, action: str, lines: list[str], dropped: int = 0) -> None:
@@ -43,7 +39,7 @@ class EngineFeed:
             self.lines = lines
             self.dropped = dropped
 
-    class Lost(Message):
+    class Lost(Message, bubble=False):
         """The stream ended without a Finished event: the engine died, or never started."""
 
         def __init__(self, why: str) -> None:
@@ -84,39 +80,3 @@ class EngineFeed:
             self._post(EngineFeed.Lines(self._action, lines, self._count - len(lines)))
             self._lines.clear()
         self._count = 0
-
-
-def follow_run(
-    fs: RootFS, ticket: str | None, cancelled: Callable[[], bool], poll: float = 0.05
-) -> Iterator[ev.Event]:
-    """The events of the run carrying `ticket` (None: the current run, from its start)
-    until its Finished event; ends early if the engine is gone or `cancelled()`."""
-    paths = Paths(fs)
-    lock = ApplyLock(paths.lock)
-    started = time.monotonic()
-    seen = ticket is None
-
-    def stop() -> bool:
-        if cancelled():
-            return True
-        if not seen:
-            return time.monotonic() - started > START_TIMEOUT
-        return lock.holder() is None
-
-    for event in ev.follow(Paths(fs).current_events, stop=stop, poll=poll):
-        if isinstance(event, ev.RunStarted) and ticket is not None:
-            seen = seen or event.ticket == ticket
-        if not seen:
-            continue
-        yield event
-        if isinstance(event, ev.Finished):
-            return
-
-
-def engine_log_tail(fs: RootFS, lines: int = 12) -> str:
-    log = Paths(fs).log_dir / "engine.log"
-    try:
-        tail = log.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\n".join(tail)

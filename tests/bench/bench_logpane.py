@@ -73,7 +73,7 @@ async def bench(lines: int, rate: float, keys_every: float, quiet: bool = False)
 
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            app._show_run()
+            app.runs.show_run()
             await pilot.pause()
             app.feed(
                 ev.ActionStarted(

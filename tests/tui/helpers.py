@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Static
 
 from app.tui.app import WizardApp
+from app.tui.screens.run import RunScreen
 from app.tui.session import Session
 from tests.common import MACHINES
 
@@ -40,16 +41,29 @@ def shown(app: WizardApp) -> str:
 
 
 class Recorder:
-    """The messages the app dispatched (App.run_test(message_hook=...))."""
+    """The messages posted while the app ran (App.run_test(message_hook=...)), each once: the
+    hook sees a message again at each node it bubbles to."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self._seen: set[int] = set()  # ids of recorded messages (kept alive by the list)
 
     def __call__(self, message: Message) -> None:
-        self.messages.append(message)
+        if id(message) not in self._seen:
+            self._seen.add(id(message))
+            self.messages.append(message)
 
     def of(self, kind: type) -> list:
         return [m for m in self.messages if isinstance(m, kind)]
+
+
+async def show_run(pilot: Pilot) -> None:
+    """The Run screen, pushed from inside the app as Apply pushes it: a screen pushed from the
+    test's own task would run its message pumps outside `run_test(message_hook=...)`."""
+    app = pilot.app
+    assert isinstance(app, WizardApp)
+    app.call_later(app.runs.show_run)
+    await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.is_mounted)
 
 
 async def wait_until(

@@ -35,7 +35,7 @@ async def _feed(app: WizardApp, pilot, lines: list[str], batch: int = 7) -> None
 
 
 async def _run_screen(app: WizardApp, pilot) -> LogPane:
-    app._show_run()
+    app.runs.show_run()
     await pilot.pause()
     for event in scenes.build_running()[:9]:
         app.feed(event)

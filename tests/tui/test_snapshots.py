@@ -52,7 +52,7 @@ def press(*keys: str):
 def feed(events: list[ev.Event], lines: int = 0, action: str = "extensions.flash-attn.build"):
     async def run_before(pilot) -> None:
         app = pilot.app
-        app._show_run()
+        app.runs.show_run()
         await pilot.pause()
         for event in events[:9]:
             app.feed(event)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.tui.app import WizardApp
+from app.tui.running import RunControl
 from app.tui.screens.modals import RebootScreen
 from app.tui.screens.resume import ResumeScreen
 from app.tui.screens.run import RunScreen
@@ -58,17 +59,17 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
         assert isinstance(app.screen, RebootScreen)
         assert "Reboot now?" in shown(app) and "sudo mlsetup" in shown(app)
         await pilot.press("y")
-        await wait_until(pilot, lambda: seen.of(WizardApp.RebootAnswered), what="the reboot")
+        await wait_until(pilot, lambda: seen.of(RunControl.RebootAnswered), what="the reboot")
 
     # the engine was asked to apply these answers, written root-only for it
     answers = fake.root / "var/lib/mlsetup/answers.toml"
     assert mode(answers) == 0o600 and answers.read_text() == app.session.answers.to_toml()
-    [started] = seen.of(WizardApp.EngineStarted)
+    [started] = seen.of(RunControl.Started)
     assert started.how == "apply"
     assert started.args == ["--root", str(fake.root), "--answers", str(answers)]
     # it ran the driver step, paused, and the wizard rebooted through the runner
     assert fake.commands() == [*DRIVER_STEP, "reboot"]
-    [answered] = seen.of(WizardApp.RebootAnswered)
+    [answered] = seen.of(RunControl.RebootAnswered)
     assert answered.reboot and answered.exit_code == 0
     kinds = [type(m.event) for m in seen.of(app.feed.Event)]
     assert ev.RebootNeeded in kinds and kinds[-1] is ev.Finished
@@ -105,7 +106,7 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
             or str(fake.root / "var/log/mlsetup") in text
         )
 
-    [started] = seen.of(WizardApp.EngineStarted)
+    [started] = seen.of(RunControl.Started)
     assert started.how == "resume" and started.args[-1] == "--resume"
     after = fake.commands()[len(DRIVER_STEP) + 1 :]
     assert after == ["apt-get cuda-toolkit-13-0"]

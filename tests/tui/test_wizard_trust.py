@@ -10,6 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Log, OptionList, Select
 
 from app.tui.app import WizardApp
+from app.tui.running import RunControl
 from app.tui.screens.modals import ConfirmScreen, ErrorScreen, HelpScreen
 from app.tui.screens.run import RunScreen
 from app.tui.session import Session
@@ -135,7 +136,7 @@ async def test_apply_asks_first_and_cancel_is_the_default(tmp_path):
         await pilot.press("enter", "escape")
         await pilot.pause()
         assert type(app.screen).__name__ == "ReviewScreen"
-    assert seen.of(WizardApp.EngineStarted) == []
+    assert seen.of(RunControl.Started) == []
 
 
 def _looks(widget: Widget) -> list:

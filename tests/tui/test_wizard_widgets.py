@@ -14,7 +14,7 @@ from app.tui.widgets.gauge import MemoryGauge
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
 from tests.tui import scenes
-from tests.tui.helpers import Recorder, dry_session, shown, wait_until
+from tests.tui.helpers import Recorder, dry_session, show_run, shown, wait_until
 
 
 def test_feed_keeps_the_engine_order_and_bounds_what_it_holds():
@@ -53,8 +53,7 @@ def test_feed_keeps_the_engine_order_and_bounds_what_it_holds():
 
 
 async def _running_build(app: WizardApp, pilot, events: list[ev.Event], lines: int = 40) -> None:
-    app._show_run()
-    await pilot.pause()
+    await show_run(pilot)
     for event in events[:9]:
         app.feed(event)
     for line in scenes.build_output(lines):
@@ -136,7 +135,7 @@ async def test_an_offline_stack_resolution_that_kept_the_venv_is_a_note_not_a_fa
     resolve action failed, the engine says so in a Notice and goes on, unlocked."""
     app = WizardApp(dry_session("h200-ubuntu2404"), opening="wizard")
     async with app.run_test(size=(120, 40)) as pilot:
-        app._show_run()
+        app.runs.show_run()
         await pilot.pause()
         for event in scenes.build_running()[:3]:
             app.feed(event)

@@ -12,12 +12,6 @@ from app.tui.widgets.fields import FieldSpec
 from steps.answers import Answers, ExtensionAnswers
 from steps.knowledge import knowledge
 
-GIB = 2**30
-
-
-def gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GIB:.1f} GiB"
-
 
 def _field(key: str) -> tuple[Any, str]:
     """The annotation and description of an answers key such as "driver.action"."""

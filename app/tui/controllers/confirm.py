@@ -3,11 +3,11 @@ toolkits, the venv, builds with their expected time and RAM, and the reboot."""
 
 from __future__ import annotations
 
-from app.tui.controllers.answerfields import GIB
 from app.tui.controllers.todo import reboot_lines, reboots
 from app.tui.session import Session
 from steps.choices import BuildTarget
 from steps.plan import Action, Plan
+from steps.units import gib
 
 # Measured (DESIGN.md, "Measured on the H200 server"): flash-attn 2.8.3 for one arch (sm_90)
 # with the governor on 16 cores took 20 min 30 s. Compile time grows with the archs and falls
@@ -103,7 +103,7 @@ class ConfirmController:
         usable = m.available_bytes - build.reserve_bytes(m.total_bytes or m.available_bytes)
         if (limit := build.limit_bytes()) is not None:
             usable = min(usable, limit)
-        return f"{max(0, usable) / GIB:.0f} GiB (the governor keeps {build.memory_reserve} free)"
+        return f"{gib(max(0, usable), digits=0)} (the governor keeps {build.memory_reserve} free)"
 
     def headline(self) -> str:
         n = len(self.plan().actions)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
-from app.tui.controllers.answerfields import gib
+from app.machine_summary import machine_rows
 from app.tui.session import Session
-from steps.facts import Facts
 from steps.warnings import machine_warnings
 
 
@@ -15,55 +12,7 @@ class MachineController:
         self.session = session
 
     def rows(self, times: str = "\u00d7") -> list[tuple[str, str]]:
-        f: Facts = self.session.facts
-        rows = [
-            ("System", f"{f.os.pretty or f.os.id or 'unknown OS'} ({f.os.arch or '?'})"),
-            ("Kernel", f"{f.kernel.release or 'unknown'}"),
-        ]
-        if f.gpus:
-            counts = Counter(
-                (
-                    g.name or f"unknown NVIDIA GPU {g.pci_device_id}",
-                    g.compute_capability,
-                    g.memory_bytes,
-                )
-                for g in f.gpus
-            )
-            for (name, cc, mem), n in counts.items():
-                size = f", {gib(mem)}" if mem else ""
-                label = "GPUs" if len(rows) == 2 else ""
-                rows.append((label, f"{n} {times} {name} (compute {cc or '?'}{size})"))
-        else:
-            rows.append(("GPUs", "none found"))
-        d = f.driver
-        if d:
-            state = "loaded" if d.loaded else "installed, not loaded"
-            rows.append(
-                (
-                    "Driver",
-                    f"{d.version} ({d.modules or '?'} modules, {state}), "
-                    f"CUDA up to {d.cuda_max or 'unknown'}",
-                )
-            )
-        else:
-            rows.append(("Driver", "none loaded"))
-        rows.append(
-            ("Toolkits", ", ".join(f"CUDA {t.version} ({t.path})" for t in f.toolkits) or "none")
-        )
-        m = f.memory
-        swap = "no swap" if not m.swap_total_bytes else f"{gib(m.swap_total_bytes)} swap"
-        rows.append(
-            (
-                "CPU, RAM",
-                f"{f.cpu.logical or '?'} cores, {gib(m.total_bytes)} RAM "
-                f"({gib(m.available_bytes)} free), {swap}",
-            )
-        )
-        rows.append(("Disk free", ", ".join(f"{p} {gib(v)}" for p, v in f.disk_free_bytes.items())))
-        rows.append(("Secure Boot", f.secure_boot))
-        if f.user:
-            rows.append(("User", f"{f.user.name} ({f.user.home})"))
-        return rows
+        return machine_rows(self.session.facts, times=times)
 
     def warnings(self) -> list[str]:
         seen: list[str] = []

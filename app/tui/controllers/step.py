@@ -4,11 +4,12 @@ planner each time it is asked, so a screen shown after Back is current."""
 
 from __future__ import annotations
 
-from app.tui.controllers.answerfields import gib, select, text
+from app.tui.controllers.answerfields import select, text
 from app.tui.session import Session, parse_value, show_value
 from app.tui.widgets.fields import FieldSpec
 from steps.knowledge import knowledge
 from steps.plan import Step
+from steps.units import gib
 
 STEP_TITLES = {
     "driver": "NVIDIA driver",

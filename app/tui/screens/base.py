@@ -4,18 +4,20 @@ the answers each time the screen is shown again (the planner is the one source o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from app.tui.controllers import SummaryController
+from app.tui.screens.modals import SaveScreen
 from app.tui.widgets.fields import Trail
-
-if TYPE_CHECKING:
-    from app.tui.app import WizardApp
+from app.tui.wizard import Wizard
 
 JUMPS = ("machine", "driver", "toolkit", "venv", "extensions", "review")
 
@@ -41,9 +43,16 @@ class WizardScreen(Screen):
         super().__init__(*args, **kwargs)
         self._shown = False
 
+    class AnswersSaved(Message):
+        """The answers were written to `path` (ctrl+s, or the Summary screen's Save)."""
+
+        def __init__(self, path: Path) -> None:
+            super().__init__()
+            self.path = path
+
     @property
-    def wizard(self) -> WizardApp:
-        return cast("WizardApp", self.app)
+    def wizard(self) -> Wizard:
+        return cast("Wizard", self.app)
 
     def heading(self) -> str:
         return self.TRAIL
@@ -102,7 +111,7 @@ class WizardScreen(Screen):
         if action == "back":
             return self.can_go_back()
         if action == "jump":
-            return self.wizard.can_jump()
+            return self.wizard.nav.can_jump()
         return True
 
     def action_back(self) -> None:
@@ -110,4 +119,17 @@ class WizardScreen(Screen):
             self.app.pop_screen()
 
     def action_jump(self, step: str) -> None:
-        self.wizard.jump(step)
+        self.wizard.nav.jump(step)
+
+    def action_save_answers(self) -> None:
+        """ctrl+s: the answers to a file the operator names."""
+
+        def saved(raw: str | None) -> None:
+            if raw is None:
+                return
+            path, text = SummaryController(self.wizard.session, self.wizard.model).save(raw)
+            self.notify(text, severity="information" if path else "error", timeout=8)
+            if path is not None:
+                self.post_message(self.AnswersSaved(path))
+
+        self.app.push_screen(SaveScreen(), saved)

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
+from app.machine_summary import rows_text
 from app.tui.controllers import MachineController
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import Section
@@ -31,8 +32,7 @@ class MachineScreen(WizardScreen):
     def body(self) -> ComposeResult:
         g = self.wizard.glyphs
         rows = self.controller.rows(times=g["times"])
-        width = max(len(k) for k, _ in rows) + 2
-        table = "\n".join(f"{k:<{width}}{v}" for k, v in rows)
+        table = rows_text(rows, width=max(len(k) for k, _ in rows) + 2)
         warnings = self.controller.warnings()
         with Body(id="body"):
             yield Section("Machine", Static(table, id="facts", markup=False))
@@ -51,4 +51,4 @@ class MachineScreen(WizardScreen):
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
-        self.wizard.next_from("machine")
+        self.wizard.nav.next_from("machine")

@@ -64,7 +64,7 @@ class ResumeScreen(WizardScreen):
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
-        self.wizard.start_resume()
+        self.wizard.runs.start_resume()
 
     def can_go_back(self) -> bool:
         return False

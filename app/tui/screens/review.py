@@ -65,11 +65,11 @@ class ReviewScreen(WizardScreen):
         if why:
             self.notify(why, severity="error", timeout=8)
             return
-        self.wizard.ask_to_apply()
+        self.wizard.runs.ask_to_apply()
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
-        self.wizard.action_save_answers()
+        self.action_save_answers()
 
     @on(Button.Pressed, "#back")
     def _back(self) -> None:

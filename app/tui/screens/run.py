@@ -3,21 +3,24 @@ failure's diagnosis and next command above the log."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from app.tui.controllers.run import status_line, steps_line
 from app.tui.feed import EngineFeed
 from app.tui.runmodel import OVERVIEW, ActionView, RunModel
 from app.tui.screens.base import WizardScreen
-from app.tui.widgets.gauge import MemoryGauge, duration
+from app.tui.widgets.gauge import MemoryGauge
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
-from steps.plan import STEP_ORDER
 
 
 class RunScreen(WizardScreen):
@@ -86,10 +89,40 @@ class RunScreen(WizardScreen):
             return self.has_class("-full")
         return super().check_action(action, parameters)
 
-    # -- events from the app ------------------------------------------------------------------
+    # -- the engine's events: the feed posts them here, in order ----------------------------
 
-    def on_engine(self, event: ev.Event) -> None:
+    class Ended(Message):
+        """The run finished (bubbles to the app: a driver run may end asking to reboot)."""
+
+        def __init__(self, event: ev.Finished) -> None:
+            super().__init__()
+            self.event = event
+
+    @on(EngineFeed.Event)
+    def _engine_event(self, message: EngineFeed.Event) -> None:
+        self._guarded(self._take_event, message.event)
+
+    @on(EngineFeed.Lines)
+    def _engine_lines(self, message: EngineFeed.Lines) -> None:
+        self._guarded(self._take_lines, message)
+
+    @on(EngineFeed.Lost)
+    def _engine_lost(self, message: EngineFeed.Lost) -> None:
+        self._guarded(self._take_lost, message.why)
+
+    def _guarded(self, take: Callable[..., None], *args: object) -> None:
+        """Textual stops a screen's message loop after one of its handlers raises: an
+        exception while taking engine events goes to the error screen, and the run is still
+        followed behind it."""
+        try:
+            take(*args)
+        except Exception as exc:  # the error screen says what, and where the traceback is
+            self.app._handle_exception(exc)
+
+    def _take_event(self, event: ev.Event) -> None:
+        """The model takes the event first; the screen then draws what changed."""
         m = self.model
+        m.handle(event)
         if isinstance(event, (ev.PlanMade, ev.ActionStarted, ev.ActionFinished, ev.Notice)):
             self._actions()
         if isinstance(event, ev.ActionStarted) and not self.pinned:
@@ -117,17 +150,28 @@ class RunScreen(WizardScreen):
             self.query_one("#heading", Static).update(self._heading_text())
         self._steps_line()
         self._status()
+        if isinstance(event, ev.Finished):
+            self.post_message(self.Ended(event))
 
-    def on_lines(self, message: EngineFeed.Lines) -> None:
+    def _take_lines(self, message: EngineFeed.Lines) -> None:
+        self.model.lines(message.action, message.lines)
         if message.action == self.showing:
             self.query_one(LogPane).append(message.lines, message.dropped)
 
-    def on_lost(self) -> None:
+    def _take_lost(self, why: str) -> None:
+        self.model.lost = why
         if not self.pinned:
             self._show(self.model.overview)
             self.query_one(LogPane).append([f"!! {self.model.lost}"])
         self._status()
         self.refresh_bindings()
+
+    def reboot_declined(self) -> None:
+        """The run paused for a reboot and the operator chose not to reboot now."""
+        dot = self.wizard.glyphs["dot"]
+        self.query_one("#status", Static).update(
+            f"paused for a reboot {dot} next: sudo reboot, then: sudo mlsetup"
+        )
 
     # -- drawing ------------------------------------------------------------------------------
 
@@ -187,19 +231,7 @@ class RunScreen(WizardScreen):
             options.highlighted = highlighted
 
     def _steps_line(self) -> None:
-        g = self.wizard.glyphs
-        parts = []
-        for name in STEP_ORDER:
-            status = self.model.steps.get(name, "pending")
-            mark = g.status(status if status != "running" else "running")
-            style = {
-                "done": "$success",
-                "satisfied": "$success",
-                "failed": "$error",
-                "running": "$accent",
-            }.get(status, "$text-muted")
-            parts.append(f"[{style}]{mark} {name}[/]")
-        self.query_one("#steps-line", Static).update("  ".join(parts))
+        self.query_one("#steps-line", Static).update(steps_line(self.model, self.wizard.glyphs))
 
     def _failure(self) -> None:
         f = self.model.failed
@@ -221,23 +253,7 @@ class RunScreen(WizardScreen):
             self._show(self.model.actions[f.action])
 
     def _status(self) -> None:
-        m = self.model
-        dot = self.wizard.glyphs["dot"]
-        if m.lost:
-            text = f"The engine stopped: {m.lost}"
-        elif m.finished is not None:
-            f = m.finished
-            text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
-            if m.dry_run:
-                text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
-        elif m.current:
-            view = m.actions.get(m.current)
-            ran = m.elapsed(self.wizard.clock())
-            text = f"running {duration(ran)} {dot} {view.title if view else m.current}"
-        else:
-            text = f"starting{self.wizard.glyphs['more']}"
-        if m.dry_run and m.finished is None:
-            text = f"dry run: nothing is executed {dot} " + text
+        text = status_line(self.model, self.wizard.glyphs, self.wizard.clock())
         self.query_one("#status", Static).update(text)
 
     def _tick(self) -> None:
@@ -275,7 +291,7 @@ class RunScreen(WizardScreen):
 
     def action_next(self) -> None:
         if self.model.done:
-            self.wizard.show_summary()
+            self.wizard.nav.show_summary()
 
     def action_back(self) -> None:
         if self.has_class("-full"):
@@ -283,4 +299,4 @@ class RunScreen(WizardScreen):
             self.refresh_bindings()
 
     def action_retry(self) -> None:
-        self.wizard.retry()
+        self.wizard.nav.retry()

@@ -7,6 +7,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers import StepController
@@ -21,6 +22,23 @@ class StepScreen(WizardScreen):
         Binding("enter", "next", "Continue"),
         Binding("a", "add", "Add extension"),
     ]
+
+    class AnswerChanged(Message):
+        """The operator set `key` to `raw`, and the answers took it."""
+
+        def __init__(self, key: str, raw: str) -> None:
+            super().__init__()
+            self.key = key
+            self.raw = raw
+
+    class AnswerRefused(Message):
+        """The operator typed `raw` for `key`; the answers refused it (`why`)."""
+
+        def __init__(self, key: str, raw: str, why: str) -> None:
+            super().__init__()
+            self.key = key
+            self.raw = raw
+            self.why = why
 
     def __init__(self, step: str) -> None:
         super().__init__(name=step)
@@ -100,10 +118,10 @@ class StepScreen(WizardScreen):
         why = self.controller.set(event.field.spec, event.raw)
         if why:
             event.field.refuse(why)
-            self.wizard.post_message(self.wizard.AnswerRefused(event.key, event.raw, why))
+            self.post_message(self.AnswerRefused(event.key, event.raw, why))
         else:
             event.field.accept(self.controller.value(event.field.spec))
-            self.wizard.post_message(self.wizard.AnswerChanged(event.key, event.raw))
+            self.post_message(self.AnswerChanged(event.key, event.raw))
         await self.refresh_plan()
 
     @property
@@ -119,7 +137,7 @@ class StepScreen(WizardScreen):
             )
             bad[0].query_one("Input, Select").focus()
             return
-        self.wizard.next_from(self.controller.name)
+        self.wizard.nav.next_from(self.controller.name)
 
     @on(Button.Pressed, "#back")
     def _back(self) -> None:

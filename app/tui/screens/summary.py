@@ -90,7 +90,7 @@ class SummaryScreen(WizardScreen):
         path, text = self.controller.save(raw)
         self.query_one("#saved", Static).update(text)
         if path is not None:
-            self.wizard.post_message(self.wizard.AnswersSaved(path))
+            self.post_message(self.AnswersSaved(path))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "retry":
@@ -98,4 +98,4 @@ class SummaryScreen(WizardScreen):
         return super().check_action(action, parameters)
 
     def action_retry(self) -> None:
-        self.wizard.retry()
+        self.wizard.nav.retry()

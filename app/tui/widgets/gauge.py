@@ -15,20 +15,13 @@ from textual.widgets import Sparkline, Static
 
 from app.tui.glyphs import Glyphs
 from app.tui.runmodel import MemoryView
+from steps.units import GiB, duration
 
-GIB = 2**30
 WARN_AT, HIGH_AT = 75.0, 90.0
 
 
 def pressure(percent: float) -> str:
     return "high" if percent >= HIGH_AT else "warn" if percent >= WARN_AT else "ok"
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 class RamBar(Widget):
@@ -49,8 +42,8 @@ class RamBar(Widget):
         level = pressure(pct)
         colour = {"ok": "$success", "warn": "$warning", "high": "$error"}[level]
         tail = (
-            f" {pct:3.0f}% {sample.used_bytes / GIB:.1f}/{sample.total_bytes / GIB:.1f} GiB"
-            f"  swap {sample.swap_used_bytes / GIB:.1f} GiB"
+            f" {pct:3.0f}% {sample.used_bytes / GiB:.1f}/{sample.total_bytes / GiB:.1f} GiB"
+            f"  swap {sample.swap_used_bytes / GiB:.1f} GiB"
         )
         width = max(10, self.size.width - 5 - len(tail))
         full = round(width * min(pct, 100.0) / 100)
@@ -103,7 +96,7 @@ class MemoryGauge(Vertical):
             eta = memory.eta_seconds()
             parts.append(
                 f"build {progress.done}/{progress.total}"
-                + (f" · ETA {duration(eta)}" if eta is not None else "")
+                + (f" · ETA {duration(eta, tenths=False)}" if eta is not None else "")
             )
         self.query_one("#gauge-jobs", Static).update("   ".join(parts))
         throttles = list(memory.throttles)[-2:]

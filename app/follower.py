@@ -1,0 +1,112 @@
+"""Following a detached run through its event log: the one loop `mlsetup apply`/`attach`
+and the wizard both read a run with.
+
+The engine runs on its own (steps.service.start_detached) and appends its events to the
+run's event log; a follower tails that log from the run's start to its Finished event. It
+ends early when the engine is gone (it holds the apply lock until it ends), when the engine
+never announced its run within START_TIMEOUT, or when the front end cancels; `lost()` then
+says which, in words a person can act on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from steps import events as ev
+from steps.diagnose import no_space
+from steps.engine import ApplyLock
+from steps.paths import Paths
+from steps.rootfs import RootFS
+
+START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
+LOG_TAIL = 20  # lines of the engine's own output shown when it did not start
+RESUME = "continue with: sudo mlsetup apply --resume"
+
+
+class RunFollower:
+    def __init__(
+        self,
+        fs: RootFS,
+        ticket: str | None,
+        *,
+        lock_handed: bool = False,
+        cancelled: Callable[[], bool] = lambda: False,
+        poll: float = 0.1,
+    ) -> None:
+        """`ticket`: the start to follow (None: the current run, replayed from its start).
+        `lock_handed`: the starter handed the engine the apply lock, so a lock nobody holds
+        before the run's start means the engine is already gone (else it takes the lock
+        itself when it starts, and only the timeout tells a start that never came)."""
+        self.paths = Paths(fs)
+        self.ticket = ticket
+        self.lock_handed = lock_handed
+        self.cancelled = cancelled
+        self.poll = poll
+        self.started = ticket is None  # the run's RunStarted was seen (replay: from the start)
+        self.finished: ev.Finished | None = None
+
+    def events(self) -> Iterator[ev.Event]:
+        """The run's events, from its RunStarted to its Finished (or until it is lost)."""
+        lock = ApplyLock(self.paths.lock)
+        since = time.monotonic()
+
+        def stop() -> bool:
+            if self.cancelled():
+                return True
+            if self.started:
+                return lock.holder() is None
+            if self.lock_handed and lock.holder() is None:
+                return True
+            return time.monotonic() - since > START_TIMEOUT
+
+        for event in ev.follow(self.paths.current_events, stop=stop, poll=self.poll):
+            if isinstance(event, ev.RunStarted) and self.ticket is not None:
+                self.started = self.started or event.ticket == self.ticket
+            if not self.started:
+                continue
+            yield event
+            if isinstance(event, ev.Finished):
+                self.finished = event
+                return
+
+    def lost(self) -> str:
+        """Why the events ended without a Finished event: what happened and what to do."""
+        full = self._full_disk()
+        if full is not None:  # the engine could not write what it would have said
+            return no_space_text(str(full))
+        if not self.started:
+            tail = self.engine_log_tail()
+            return "the engine did not start; its output:\n" + "\n".join(
+                f"  | {line}" for line in tail
+            )
+        return f"the engine stopped without finishing (killed?); {RESUME}"
+
+    def engine_log_tail(self, lines: int = LOG_TAIL) -> list[str]:
+        """The last lines the detached engine wrote outside its event log."""
+        try:
+            return (
+                (self.paths.log_dir / "engine.log")
+                .read_text(errors="replace")
+                .splitlines()[-lines:]
+            )
+        except OSError:
+            return []
+
+    def _full_disk(self) -> Path | None:
+        """mlsetup's state or log directory, if its disk has no space left."""
+        for directory in (self.paths.state_dir, self.paths.log_dir):
+            try:
+                st = os.statvfs(directory)
+            except OSError:
+                continue
+            if st.f_bavail * st.f_frsize < 64 * 1024:
+                return directory
+        return None
+
+
+def no_space_text(path: str) -> str:
+    diagnosis = no_space(path)
+    return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"

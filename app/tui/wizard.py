@@ -1,0 +1,38 @@
+"""What a wizard screen may use of the app that shows it, as protocols: the screens are typed
+against these, not against `WizardApp`, which imports every screen (no import circle)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from app.tui.glyphs import Glyphs
+from app.tui.runmodel import RunModel
+from app.tui.session import Session
+
+
+class Navigation(Protocol):
+    def next_from(self, where: str) -> None: ...
+    def can_jump(self) -> bool: ...
+    def jump(self, step: str) -> None: ...
+    def retry(self) -> None: ...
+    def show_summary(self) -> None: ...
+
+
+class Runs(Protocol):
+    def ask_to_apply(self) -> None: ...
+    def start_resume(self) -> None: ...
+
+
+class Wizard(Protocol):
+    session: Session
+    glyphs: Glyphs
+    clock: Callable[[], float]  # what "running 2m10s" counts from (tests pin it)
+
+    @property
+    def model(self) -> RunModel: ...
+    @property
+    def nav(self) -> Navigation: ...
+    @property
+    def runs(self) -> Runs: ...
+    def mode_label(self) -> str: ...
