@@ -55,7 +55,7 @@ class StackSettler:
                                       "mlsetup's knowledge"))
             return
         log.info("stack lock: torch %s (%s), Python %s, decided by %s; %d packages", lock.torch,
-                 lock.build, lock.python, lock.decided_by, len(lock.packages))
+                 lock.build, lock.python, ", ".join(lock.decided_by), len(lock.packages))
         self.run.emit(Notice(text=f"stack lock: torch {lock.torch} ({lock.build}) for "
                                   f"Python {lock.python}, decided by "
                                   f"{', '.join(lock.decided_by)}; "
