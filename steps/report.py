@@ -47,11 +47,12 @@ class Failure(_Strict):
 class ActionReport(_Strict):
     """One action of the plan, as the state file recorded it (a pending one: id and status)."""
 
-    id: str
-    status: Literal["pending", "running", "done", "failed"]
+    id: str = Field(description="the plan's action id, e.g. toolkit.install-13.0")
+    status: Literal["pending", "running", "done", "failed"] = Field(
+        description="pending: not run yet in this run (then only id and status are present)")
     started: float | None = Field(default=None, description="unix time it started")
     ended: float | None = Field(default=None, description="unix time it ended")
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, description="its exit code, null while running")
     log: str | None = Field(default=None, description="its log file")
 
     @model_serializer(mode="wrap")
@@ -62,20 +63,21 @@ class ActionReport(_Strict):
 
 class StepReport(_Strict):
     name: Literal["driver", "toolkit", "venv", "extensions"]
-    status: Literal["pending", "satisfied"] = Field(description="as the plan found it")
-    reason: str
-    actions: list[ActionReport]
+    status: Literal["pending", "satisfied"] = Field(
+        description="as the run's first plan found it")
+    reason: str = Field(description="why it is satisfied, or what its actions will do")
+    actions: list[ActionReport] = Field(description="its actions, in order")
 
 
 class LockReport(_Strict):
     """The one stack every step followed (steps.lock), and the file itself."""
 
-    torch: str
+    torch: str = Field(description="the locked torch version, e.g. 2.11.0+cu130")
     build: str = Field(description="the PyTorch build: cpu, cu128, ...")
-    python: str
-    platform: str
+    python: str = Field(description="the venv's Python (major.minor)")
+    platform: str = Field(description="the platform resolved for, e.g. x86_64-manylinux_2_35")
     decided_by: list[str] = Field(description="the packages that decided the torch version")
-    note: str
+    note: str = Field(description="how the build was settled, when it was not the first choice")
     packages: dict[str, str] = Field(description="every pinned package: name -> version")
     file: str = Field(description="where root keeps the lock file")
     text: str = Field(description="the lock file, to hand to another host (venv.lock)")
@@ -90,18 +92,19 @@ class Smoke(_Strict):
 class Report(_Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    schema_: Literal["mlsetup.report/1"] = Field(alias="schema", default=REPORT_SCHEMA)
-    run_id: str
-    result: RunResult
+    schema_: Literal["mlsetup.report/1"] = Field(alias="schema", default=REPORT_SCHEMA,
+                                                 description="this format")
+    run_id: str = Field(description="the run (its log directory's name); a resumed run keeps it")
+    result: RunResult = Field(description="how this invocation ended")
     code: int = Field(description="the exit code: 0 done, 1 failed, 2 invalid input, "
                       "10 paused for a reboot")
     changed: bool = Field(description="this invocation ran an action")
     ran: list[str] = Field(description="the actions this invocation ran, in order")
-    failure: Failure | None
+    failure: Failure | None = Field(description="why the run stopped; null unless it failed")
     steps: list[StepReport] = Field(description="the plan's steps, in order")
     lock: LockReport | None = Field(description="null before a stack was settled, or when "
                                     "an offline venv was kept unlocked")
-    smoke: Smoke
+    smoke: Smoke = Field(description="the smoke tests' results")
     log_dir: str = Field(description="this run's logs: events.jsonl, one log per action, "
                          "decisions.log")
     time: float = Field(description="unix time the report was written")
