@@ -8,6 +8,7 @@ console (the events are the operator's view)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -42,4 +43,5 @@ class DecisionLog:
     def close(self) -> None:
         _root.removeHandler(self._handler)
         self._handler.close()
-        self._handler.stream.close()
+        with contextlib.suppress(OSError):  # a full disk: the unwritten rest is lost, not the run
+            self._handler.stream.close()

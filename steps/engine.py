@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from steps.actions import ActionRunner
-from steps.applylock import ApplyLock, already_running_message
+from steps.applylock import ApplyLock
 from steps.applyrun import (
     EXIT_FAILED,
     EXIT_OK,
@@ -61,8 +61,9 @@ from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
 from steps.state import State, load_state, new_run_id, remove_temporaries
 
-__all__ = ["NO_SPACE", "RESUME_COMMAND", "ApplyLock", "ApplyRequest", "Engine",
-           "already_running_message"]
+# What app/ and the tests take from here: the engine and its request, the lock, and the
+# constants the front ends share with it.
+__all__ = ["NO_SPACE", "RESUME_COMMAND", "ApplyLock", "ApplyRequest", "Engine"]
 
 log = logging.getLogger("mlsetup.engine")
 
@@ -135,11 +136,11 @@ class Engine:
             )
         if self.req.lock_fd is not None:
             lock.adopt(self.req.lock_fd)
-            self._lock_taken = f"adopted from the starter (fd {self.req.lock_fd})"
+            how = f"adopted from the starter (fd {self.req.lock_fd})"
         else:
             lock.acquire()
-            self._lock_taken = "acquired"
-        self._lock_taken = f"{self._lock_taken}: {lock.path}, pid {os.getpid()}"
+            how = "acquired"
+        self._lock_taken = f"{how}: {lock.path}, pid {os.getpid()}"
 
     def _run(self) -> int:
         try:

@@ -64,7 +64,7 @@ class ActionReport(_Strict):
 class StepReport(_Strict):
     name: Literal["driver", "toolkit", "venv", "extensions"]
     status: Literal["pending", "satisfied"] = Field(
-        description="as the run's first plan found it")
+        description="as the latest plan of this invocation found it")
     reason: str = Field(description="why it is satisfied, or what its actions will do")
     actions: list[ActionReport] = Field(description="its actions, in order")
 

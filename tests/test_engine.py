@@ -190,11 +190,12 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
             if action == kill_in[0]
             else server.popen("apply", "--resume")
         )
-        wait_for(lambda a=action, v=viewer: server.started(a) or v.poll() is not None)
+        # wait_for calls them before the loop moves on: the loop variables are this round's
+        wait_for(lambda: server.started(action) or viewer.poll() is not None)  # noqa: B023
         if viewer.poll() == 10:  # paused for the reboot before reaching this step
             server.reboot()
             viewer = server.popen("apply", "--resume")
-            wait_for(lambda a=action: server.started(a))
+            wait_for(lambda: server.started(action))  # noqa: B023
         os.kill(_engine_pid(server), signal.SIGKILL)
         viewer.wait(timeout=30)
         wait_for(server.apply_lock_free)  # holder() is None for a lock file not yet made
