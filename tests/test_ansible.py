@@ -370,6 +370,47 @@ def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_pa
     assert not (reports / "box.json").exists()  # the earlier play's report is gone
 
 
+# An mlsetup that writes a report of another schema (as a newer release might): `plan`
+# (the role's check of the copied answers) passes, `apply` writes that report and exits 0.
+_OTHER_SCHEMA_MLSETUP = """
+import json, pathlib, sys
+args = sys.argv[1:]
+if args[0] == "apply":
+    report = pathlib.Path(args[args.index("--root") + 1]) / "var/lib/mlsetup/report.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps({"schema": "mlsetup.report/2", "result": "done", "code": 0,
+                                  "changed": True, "failure": None}))
+"""
+
+
+def test_a_report_of_another_schema_fails_the_host_naming_both_schemas(tmp_path: Path):
+    answers = tmp_path / "answers.toml"
+    answers.write_text("version = 1\n")
+    fake = tmp_path / "fake_mlsetup.py"
+    fake.write_text(_OTHER_SCHEMA_MLSETUP)
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "mlsetup_install": False,
+        "mlsetup_command": [sys.executable, str(fake)],
+        "mlsetup_root": str(tmp_path / "root"),
+        "mlsetup_answers": str(answers),
+        "mlsetup_reports_dir": str(tmp_path / "reports"),
+        "mlsetup_poll": 1,
+    }
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run([ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 2, shown(run)
+    assert recap(run)["box"]["failed"] == 1
+    assert "Check the report's schema" in run.stdout, shown(run)
+    assert "mlsetup.report/2" in run.stdout and "reads mlsetup.report/1" in run.stdout
+
+
 def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
     """The operator's proxies and index reach install.sh's pip: with a dead index given in
     mlsetup_environment the install fails, naming that index (pip tried it)."""

@@ -190,11 +190,12 @@ def test_kill_9_in_each_step_resumes_without_repeating_finished_actions(server: 
             if action == kill_in[0]
             else server.popen("apply", "--resume")
         )
-        wait_for(lambda a=action, v=viewer: server.started(a) or v.poll() is not None)
+        # wait_for calls them before the loop moves on: the loop variables are this round's
+        wait_for(lambda: server.started(action) or viewer.poll() is not None)  # noqa: B023
         if viewer.poll() == 10:  # paused for the reboot before reaching this step
             server.reboot()
             viewer = server.popen("apply", "--resume")
-            wait_for(lambda a=action: server.started(a))
+            wait_for(lambda: server.started(action))  # noqa: B023
         os.kill(_engine_pid(server), signal.SIGKILL)
         viewer.wait(timeout=30)
         wait_for(server.apply_lock_free)  # holder() is None for a lock file not yet made
@@ -522,3 +523,52 @@ def test_compile_killed_for_memory_is_retried_keeping_its_objects(server: FakeSe
                           "import flakyext; print(flakyext.KEPT)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"  # the retry found the object compiled before the crash
+
+
+def test_the_engine_logs_its_decisions_root_only_in_the_runs_log_directory(server: FakeServer):
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 10, first.stdout + first.stderr
+    server.reboot()
+    resumed = server.mlsetup("apply", "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    again = server.mlsetup("apply", "--answers", str(server.answers))
+    assert again.returncode == 0, again.stdout + again.stderr
+
+    report = server.report()
+    run_dirs = sorted(p for p in (server.root / "var/log/mlsetup").iterdir()
+                      if p.is_dir() and not p.is_symlink())
+    assert len(run_dirs) == 2 and str(run_dirs[-1]).endswith(report["log_dir"])
+    first_run, second_run = (d / "decisions.log" for d in run_dirs)
+    for log in (first_run, second_run):
+        assert mode(log) == 0o600, log  # like every log: not readable by other accounts
+    text = first_run.read_text()
+    # the paused run and its resume write the same run's log, in order
+    expected = [
+        "mlsetup.engine INFO apply lock adopted from the starter",
+        "mlsetup.engine INFO new run: no earlier run",
+        "mlsetup.stack INFO stack lock: torch",
+        "mlsetup.engine INFO plan: driver pending",
+        "mlsetup.actions INFO driver.install: started: env DEBIAN_FRONTEND=noninteractive apt-get",
+        "mlsetup.actions INFO driver.install: done, exit 0 after",
+        "mlsetup.reboot INFO driver.install needs a reboot; policy",
+        "mlsetup.engine INFO finished: reboot, exit 10",
+        "mlsetup.engine INFO resuming run",
+        "mlsetup.reboot INFO resume: rebooted",
+        "mlsetup.engine INFO driver: satisfied: driver 580",
+        "mlsetup.actions INFO toolkit.install-13.0: started:",
+        "mlsetup.actions INFO toolkit.install-13.0: done, exit 0 after",
+        "mlsetup.engine INFO toolkit: after its actions: satisfied",
+        "mlsetup.builds INFO extensions.tinyext.build: attempt 1",
+        "mlsetup.engine INFO finished: done, exit 0",
+    ]
+    at = 0
+    for line in expected:
+        found = text.find(line, at)
+        assert found >= 0, f"{line!r} not after offset {at} in:\n{text}"
+        at = found
+    second = second_run.read_text()
+    assert "new run: run " in second and " is done" in second
+    for step in ("driver", "toolkit", "venv", "extensions"):
+        assert f"mlsetup.engine INFO {step}: satisfied: " in second
+    assert "started:" not in second  # nothing ran, and the log says why for each step
+    assert "decisions.log" not in first.stdout + resumed.stdout + again.stdout

@@ -1,0 +1,207 @@
+"""Running one action and recording it: the state file before and after, its events, its log.
+
+Before a command runs, what could make it unsafe is settled: the same command of an
+interrupted run still going (a build is ended, anything else waited for), and dpkg
+(interrupted earlier, or its lock held by another apt)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun
+from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
+from steps.diagnose import Diagnosis, diagnose
+from steps.events import ActionFinished, ActionStarted, Notice, Waiting
+from steps.governor import end_process_tree
+from steps.lock import index_secrets
+from steps.plan import Action
+from steps.runner import Result, RunnerError
+from steps.state import ActionRecord
+
+log = logging.getLogger("mlsetup.actions")
+
+# How an action's command is run: (action, its log, called with the pid once started).
+Execute = Callable[[Action, Path, Callable[[int], None]], Result]
+
+
+class ActionRunner:
+    """Runs the plan's actions (and the engine's own housekeeping commands) for one apply."""
+
+    def __init__(self, run: ApplyRun) -> None:
+        self.run = run
+
+    def run_action(self, step: str, action: Action, execute: Execute | None = None
+                   ) -> Result | None:
+        """Run `action` (through `execute`; default: the runner) and record it; a failure ends
+        the run (ApplyRun.fail). None in a dry run, where nothing runs."""
+        log_path = self.run.action_log(action.id)
+        self._announce(step, action, log_path)
+        if self.run.req.dry_run:
+            self.run.emit(ActionFinished(step=step, action=action.id, status="dry-run",
+                                         exit_code=None, elapsed=0.0))
+            return None
+        self._wait_for_interrupted(action)
+        if uses_dpkg(action):
+            self._dpkg_ready(step, action, log_path)
+        record = ActionRecord(step=step, status="running", started=time.time(), log=str(log_path))
+        assert self.run.state is not None
+        self.run.state.actions[action.id] = record
+        self.run.save()
+        result = self._execute(step, action, log_path, record, execute or self._plain)
+        self._record_end(step, action, record, result)
+        if result.exit_code != 0:
+            self.run.fail(step, action, result.exit_code, log_path,
+                          what=f"{action.id} failed (exit {result.exit_code})",
+                          diagnosis=diagnose(result.tail, result.exit_code, str(log_path)),
+                          tail=result.tail)
+        self.run.outcome.changed = True
+        self.run.outcome.ran.append(action.id)
+        return result
+
+    def command(self, step: str, action: Action) -> Result | None:
+        """An engine housekeeping command (not part of the plan), logged and reported like any
+        action; None if it could not be started."""
+        log_path = self.run.action_log(action.id)
+        self._announce(step, action, log_path)
+        try:
+            result = self.run.runner.run(action, log_path, extra_env=self.secrets(action))
+        except RunnerError as exc:
+            log.info("%s could not be started: %s", action.id, exc)
+            self.run.emit(Notice(text=f"{action.title}: {exc}"))
+            return None
+        self._finished(step, action, "done" if result.exit_code == 0 else "failed", result)
+        return result
+
+    def secrets(self, action: Action) -> dict[str, str]:
+        """What an action needs that the plan must not show: the torch index's credentials
+        (steps.lock.index_secrets), given to uv in its environment, never in its argv."""
+        return index_secrets(self.run.req.answers) if action.argv[:1] == ["uv"] else {}
+
+    # -- one action's life --------------------------------------------------------------------
+
+    def _announce(self, step: str, action: Action, log_path: Path) -> None:
+        log.info("%s: started: %s (log %s)", action.id, action.command_line(), log_path)
+        self.run.emit(ActionStarted(step=step, action=action.id, title=action.title,
+                                    command=action.command_line(), log=str(log_path)))
+
+    def _finished(self, step: str, action: Action, status: str, result: Result) -> None:
+        log.info("%s: %s, exit %s after %.1fs", action.id, status, result.exit_code,
+                 result.elapsed)
+        self.run.emit(ActionFinished(step=step, action=action.id, status=status,
+                                     exit_code=result.exit_code, elapsed=result.elapsed))
+
+    def _plain(self, action: Action, log_path: Path, started: Callable[[int], None]) -> Result:
+        return self.run.runner.run(action, log_path, on_start=started,
+                                   extra_env=self.secrets(action))
+
+    def _execute(self, step: str, action: Action, log_path: Path, record: ActionRecord,
+                 execute: Execute) -> Result:
+        def started(pid: int) -> None:
+            record.pid = pid
+            self.run.save()
+
+        try:
+            return execute(action, log_path, started)
+        except OSError as exc:
+            if exc.errno in NO_SPACE:  # its log could not be written: the disk is full
+                if exc.filename is not None:
+                    raise
+                raise OSError(exc.errno, exc.strerror, str(log_path)) from exc
+            record.status, record.ended = "failed", time.time()
+            self.run.fail(step, action, None, log_path, what=f"{action.id}: {exc}",
+                          diagnosis=None)
+        except RunnerError as exc:
+            record.status, record.ended = "failed", time.time()
+            self.run.fail(step, action, None, log_path, what=str(exc), diagnosis=None)
+
+    def _record_end(self, step: str, action: Action, record: ActionRecord,
+                    result: Result) -> None:
+        record.status = "done" if result.exit_code == 0 else "failed"
+        record.ended, record.exit_code, record.pid = time.time(), result.exit_code, None
+        self.run.save()
+        self._finished(step, action, record.status, result)
+
+    # -- what must be settled before a command runs --------------------------------------------
+
+    def _wait_for_interrupted(self, action: Action) -> None:
+        """A previous engine died while this action ran and its process is still there. A
+        build is ended (its output went to the dead engine; the objects compiled stay); any
+        other command (apt, dpkg, uv) is waited for, for at most `interrupted_wait` seconds,
+        then the run stops and says what to do: ending dpkg midway could break the system."""
+        assert self.run.state is not None
+        record = self.run.state.actions.get(action.id)
+        if record is None or record.status != "running" or not record.pid:
+            return
+        if not _alive(record.pid, action.argv[0]):
+            log.info("%s: the interrupted run's pid %s is gone: running it again", action.id,
+                     record.pid)
+            return
+        if action.id.endswith(".build"):
+            self._end_interrupted_build(action, record.pid)
+        else:
+            self._wait_interrupted(action, record)
+
+    def _end_interrupted_build(self, action: Action, pid: int) -> None:
+        log.info("%s: the interrupted run's build (pid %s) still runs: ending it", action.id, pid)
+        self.run.emit(Waiting(
+            reason=f"{action.id} from the interrupted run is still running (pid {pid})"
+            " and nothing reads its output any more: ending it (SIGTERM, SIGKILL after "
+            "5s), then building again with the objects it already compiled"))
+        with contextlib.suppress(psutil.Error):
+            end_process_tree(psutil.Process(pid))
+
+    def _wait_interrupted(self, action: Action, record: ActionRecord) -> None:
+        pid, limit = record.pid, self.run.req.interrupted_wait
+        assert pid is not None
+        log.info("%s: the interrupted run's pid %s still runs: waiting up to %.0fs", action.id,
+                 pid, limit)
+        self.run.emit(Waiting(
+            reason=f"{action.id} from the interrupted run is still running (pid {pid}); "
+            f"waiting up to {limit:.0f}s for it to end before running it again"))
+        deadline = time.monotonic() + limit
+        while _alive(pid, action.argv[0]):
+            if time.monotonic() > deadline:
+                self.run.fail(
+                    record.step, action, None, Path(record.log),
+                    what=f"{action.id} of the interrupted run (pid {pid}) was still running "
+                    f"after {limit:.0f}s",
+                    diagnosis=Diagnosis(
+                        "interrupted-still-running",
+                        "The run was interrupted while this command ran, and the command went "
+                        "on without it; running it again beside it could break what it does.",
+                        f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
+                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}"))
+            time.sleep(0.5)
+
+    def _dpkg_ready(self, step: str, action: Action, log_path: Path) -> None:
+        if dpkg_interrupted(self.run.fs):
+            self.run.fail(step, action, None, log_path, what="dpkg was interrupted earlier",
+                          diagnosis=diagnose(["dpkg was interrupted, you must manually run "
+                                              "'dpkg --configure -a'"], None, str(log_path)))
+        timeout = self.run.req.dpkg_lock_timeout
+        if not wait_for_dpkg(self.run.fs, timeout,
+                             lambda text: self.run.emit(Waiting(reason=text))):
+            self.run.fail(step, action, None, log_path,
+                          what=f"the dpkg lock was still held after {timeout:.0f}s",
+                          diagnosis=diagnose(["Could not get lock /var/lib/dpkg/lock-frontend"],
+                                             None, str(log_path)))
+
+
+def _alive(pid: int, program: str) -> bool:
+    """pid is running and is still `program` (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if ") Z " in status:  # a zombie has ended
+        return False
+    name = os.path.basename(program).encode()
+    return any(os.path.basename(part) == name for part in cmdline[:2])

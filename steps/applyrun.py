@@ -1,0 +1,127 @@
+"""What one apply shares between the engine and the collaborators it hands work to.
+
+`ApplyRun` holds the request, the state being recorded, the settled stack lock, the step's
+choices and the outcome for the report; `fail` is the one way any of them ends the run with
+a failure (the engine catches `Stopped` and writes the report)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from steps.answers import Answers
+from steps.choices import Choices
+from steps.diagnose import Diagnosis
+from steps.events import EventSink, Failed
+from steps.facts import Facts, load_facts
+from steps.lock import Lock
+from steps.paths import Paths
+from steps.plan import Action
+from steps.probe import probe
+from steps.report import Failure, Outcome, RunResult
+from steps.rootfs import RootFS
+from steps.runner import Runner
+from steps.state import State, save_state
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+RESUME_COMMAND = "sudo mlsetup apply --resume"
+DPKG_LOCK_TIMEOUT = 600.0
+INTERRUPTED_WAIT = 600.0
+
+log = logging.getLogger("mlsetup.engine")
+
+
+@dataclass
+class ApplyRequest:
+    answers: Answers
+    answers_toml: str
+    answers_path: str | None
+    dry_run: bool = False
+    ticket: str | None = None  # lets the viewer that started the engine find this run
+    facts_file: Path | None = None  # a recorded machine (dry runs only)
+    dpkg_lock_timeout: float = DPKG_LOCK_TIMEOUT
+    lock_fd: int | None = None  # the apply lock its starter took for it (steps.service)
+    # How long a command of an interrupted run (other than a build) is waited for.
+    interrupted_wait: float = INTERRUPTED_WAIT
+
+
+class Stopped(Exception):
+    """Ends the run: with `code` already reported, or (a failure) to be reported as `summary`."""
+
+    def __init__(self, code: int, summary: str | None = None) -> None:
+        self.code = code
+        self.summary = summary  # set: the run failed and the engine still has to finish it
+
+
+class ApplyRun:
+    """One apply's shared state; the engine owns it, its collaborators read and record in it."""
+
+    choices: Choices  # the decisions for the step being run, made when it starts
+
+    def __init__(self, fs: RootFS, request: ApplyRequest, emit: EventSink,
+                 runner: Runner | None) -> None:
+        self.fs = fs
+        self.req = request
+        self.paths = Paths(fs)
+        self.emit = emit
+        self.runner = runner or Runner(fs, emit)
+        self.state: State | None = None
+        self.lock: Lock | None = None  # the stack every step follows, settled before any runs
+        self.outcome = Outcome()
+        self.step = "start"  # the step under way, for a failure outside any action
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id if self.state else "dry-run"
+
+    def action_log(self, action_id: str) -> Path:
+        return self.paths.action_log(self.run_id, action_id)
+
+    @property
+    def stopped_jobs(self) -> Path:
+        """Where the governor keeps the compile jobs it has stopped (steps.governor)."""
+        return self.paths.state_dir / "governed-build.json"
+
+    def save(self) -> None:
+        if self.state is not None and not self.req.dry_run:
+            save_state(self.paths.state, self.state)
+
+    def facts(self) -> Facts:
+        if self.req.facts_file is not None:
+            return load_facts(self.req.facts_file)
+        return probe(self.fs).facts
+
+    def fail(
+        self,
+        step: str,
+        action: Action | None,
+        exit_code: int | None,
+        log_path: Path | None,
+        what: str,
+        diagnosis: Diagnosis | None,
+        tail: list[str] | None = None,
+        code: int = EXIT_FAILED,
+    ) -> NoReturn:
+        why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
+        where = f" ({log_path})" if log_path else ""
+        nxt = diagnosis.next if diagnosis else (
+            f"Read the log{where}, fix the cause, then: {RESUME_COMMAND}")
+        self.outcome.failure = Failure(
+            step=step, action=action.id if action else None, exit_code=exit_code,
+            log=str(log_path) if log_path else None, what=what, why=why, next=nxt,
+            diagnosis=diagnosis.id if diagnosis else None, last_output=(tail or [])[-20:])
+        self.emit(Failed(step=step, action=self.outcome.failure.action, exit_code=exit_code,
+                         log=self.outcome.failure.log, what=what, why=why, next=nxt))
+        log.info("failed in %s (action %s, exit %s): %s; diagnosis %s", step,
+                 self.outcome.failure.action, exit_code, what, self.outcome.failure.diagnosis)
+        if self.state is not None:
+            self.state.phase = "failed"
+        raise Stopped(code, what)
+
+
+Finish = Callable[[int, RunResult, str], int]  # the engine's end of a run: code, result, summary

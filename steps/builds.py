@@ -1,0 +1,158 @@
+"""Building an extension: its build tree, the compile under the memory governor, the wheel kept.
+
+A build tree is made by root for the account that compiles; the compile runs with the governor
+gating its jobs and is retried with fewer jobs if one still dies of memory; the wheel it made
+is published to the machine's cache and the fleet's wheelhouse."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from steps.applyrun import ApplyRun
+from steps.choices import BuildTarget
+from steps.diagnose import diagnose
+from steps.events import Notice
+from steps.extensions import target_key
+from steps.governor import GiB, Governor
+from steps.paths import CACHE_DIR, RUNTIME_DIR
+from steps.plan import Action
+from steps.runner import Result, lookup_account
+from steps.safefs import make_dir, trusted_dir
+from steps.venvstate import probe_venv
+from steps.wheels import BUILD_ROOT, publish, tree_name
+
+log = logging.getLogger("mlsetup.builds")
+
+OOM_RETRIES = 2
+
+
+def is_build(action: Action) -> bool:
+    return action.id.endswith(".build")
+
+
+class ExtensionBuilds:
+    def __init__(self, run: ApplyRun) -> None:
+        self.run = run
+
+    def _target(self, action: Action) -> BuildTarget:
+        name = action.id.split(".")[1]
+        return next(t for t in self.run.choices.build_targets if t.answer.name == name)
+
+    def _build_tree(self, target: BuildTarget) -> Path:
+        return self.run.fs.path(BUILD_ROOT) / tree_name(target.answer.name, target.answer.version)
+
+    # -- the trees ----------------------------------------------------------------------------
+
+    def prepare_build_trees(self) -> None:
+        """/var/cache/mlsetup/build/<name>-<version>/, owned by the account that compiles.
+
+        Made through descriptors (steps.safefs): each tree is one name created in root's own
+        build directory and handed over by its descriptor, so no name, and nothing the
+        account planted, can make root create or chown a directory elsewhere."""
+        choices = self.run.choices
+        owner = lookup_account(self.run.fs, choices.owner.run_as) if choices.owner.run_as else None
+        try:
+            os.close(self._traversable(CACHE_DIR))
+            build_fd = self._traversable(BUILD_ROOT)
+            try:
+                for target in choices.build_targets:
+                    name = tree_name(target.answer.name, target.answer.version)
+                    os.close(make_dir(build_fd, name, 0o700, uid=owner.uid if owner else -1,
+                                      gid=owner.gid if owner else -1))
+            finally:
+                os.close(build_fd)
+        except OSError as exc:
+            self.run.fail("extensions", None, None, None, diagnosis=None,
+                          what=f"refused to prepare the build tree: {exc}")
+        log.info("build trees ready for %s, owned by %s",
+                 [t.answer.name for t in choices.build_targets], choices.owner.run_as or "root")
+
+    def _traversable(self, directory: str) -> int:
+        """One of root's own directories, made or checked as only root's and opened; anyone may
+        pass through it (each build tree below is private to its owner)."""
+        fd = trusted_dir(self.run.fs.path(directory), {os.geteuid()})
+        os.fchmod(fd, 0o755)
+        return fd
+
+    # -- the compile --------------------------------------------------------------------------
+
+    def compile(self, action: Action, log_path: Path, started: Callable[[int], None]) -> Result:
+        """Run a build under the memory governor; if a job still dies of memory, retry with
+        half the jobs it reached (the build tree keeps every object already compiled, and the
+        file beside it what the governor learned of this build's jobs)."""
+        build = self.run.req.answers.build
+        ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
+        for attempt in range(1, OOM_RETRIES + 2):
+            log.info("%s: attempt %d, job ceiling %s", action.id, attempt, ceiling or "auto")
+            governor = self._governor(action, ceiling)
+            result = self._governed(action, log_path, started, governor)
+            diagnosis = diagnose(result.tail, result.exit_code, str(log_path))
+            oom = diagnosis is not None and diagnosis.id == "out-of-memory"
+            if result.exit_code == 0 or not oom or attempt > OOM_RETRIES:
+                return result
+            peak = governor.summary().peak_jobs
+            ceiling = max(1, peak // 2)
+            log.info("%s: out of memory with %d jobs: retrying with at most %d", action.id,
+                     peak, ceiling)
+            self.run.emit(Notice(text=f"{action.id}: a compile job ran out of memory with "
+                                 f"{peak} jobs; retrying with at most {ceiling} "
+                                 "(objects already compiled are kept)"))
+        raise AssertionError("unreachable")
+
+    def _governor(self, action: Action, ceiling: int | None) -> Governor:
+        target = self._target(action)
+        tree = self._build_tree(target)
+        build = self.run.req.answers.build
+        governor = Governor(
+            self.run.emit,
+            ceiling=ceiling,
+            budget_bytes=build.limit_bytes(),
+            reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
+            peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
+            # beside the tree, in root's directory: the tree belongs to the account that
+            # compiles, and root must not read what that account may have swapped in
+            lessons_file=tree.with_name(f"{tree.name}.governor.json"),
+            jobserver_dir=self.run.fs.path(RUNTIME_DIR),
+            action=action.id,
+            stopped_file=self.run.stopped_jobs,
+        )
+        owner = lookup_account(self.run.fs, action.user) if action.user else None
+        if owner:  # the compile runs as the venv's owner: its ninja must open the FIFO
+            governor.share_with(owner.uid, owner.gid)
+        return governor
+
+    def _governed(self, action: Action, log_path: Path, started: Callable[[int], None],
+                  governor: Governor) -> Result:
+        def govern(pid: int) -> None:
+            started(pid)
+            governor.attach(pid)
+
+        with governor:
+            return self.run.runner.run(action, log_path, extra_env=governor.env(),
+                                       on_line=governor.feed_line, on_start=govern)
+
+    # -- the wheel ----------------------------------------------------------------------------
+
+    def publish(self, action: Action) -> None:
+        """Keep the wheel just built in the machine's cache and the fleet's wheelhouse."""
+        target = self._target(action)
+        key = target_key(target, probe_venv(self.run.fs, self.run.choices.venv_path))
+        if key is None:
+            log.info("%s: no wheel key for the venv as it is: nothing published", action.id)
+            return
+        copies, refused = publish(
+            self.run.fs, tree_name(target.answer.name, target.answer.version), key,
+            target.recipe.package, target.answer.version, self.run.req.answers.build.wheelhouse,
+            self.run.choices.owner.run_as)
+        for why in refused:
+            self.run.emit(Notice(text=why))
+        log.info("%s: wheel kept at %s; refused %d", action.id, [str(c) for c in copies],
+                 len(refused))
+        if copies:
+            self.run.emit(Notice(text=f"kept the {target.answer.name} wheel for reuse: "
+                                 + ", ".join(str(c.parent) for c in copies)))

@@ -1,0 +1,150 @@
+"""`/var/lib/mlsetup/report.json` (`mlsetup.report/1`): what one apply did, for scripts and Ansible.
+
+Written by the engine at the end of every run (done, failed, paused for a reboot) through
+`Report`, so the keys the Ansible role reads (result, code, changed, ran, failure, steps,
+lock, smoke, log_dir) have one definition; docs/formats.md documents each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from steps.lock import STATE_LOCK, Lock
+from steps.plan import Plan, Step
+from steps.state import State, write_atomic
+
+REPORT_SCHEMA: Final = "mlsetup.report/1"
+RunResult = Literal["done", "failed", "reboot"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Failure(_Strict):
+    """Why the run stopped: the same what / why / next the console and the TUI showed."""
+
+    step: str = Field(description="the step that failed (driver, toolkit, venv, extensions; "
+                      "start when nothing had begun)")
+    action: str | None = Field(description="the action that failed, or null (a check between "
+                               "actions)")
+    exit_code: int | None = Field(description="its exit code, null if it did not run or end")
+    log: str | None = Field(description="the action's log file")
+    what: str = Field(description="what happened")
+    why: str = Field(description="why, as the diagnosis knows it")
+    next: str = Field(description="the command or fix to do next")
+    diagnosis: str | None = Field(description="id of the recognised failure "
+                                  "(assets/diagnoses.toml), null if none")
+    last_output: list[str] = Field(description="the action's last output lines (at most 20)")
+
+
+class ActionReport(_Strict):
+    """One action of the plan, as the state file recorded it (a pending one: id and status)."""
+
+    id: str = Field(description="the plan's action id, e.g. toolkit.install-13.0")
+    status: Literal["pending", "running", "done", "failed"] = Field(
+        description="pending: not run yet in this run (then only id and status are present)")
+    started: float | None = Field(default=None, description="unix time it started")
+    ended: float | None = Field(default=None, description="unix time it ended")
+    exit_code: int | None = Field(default=None, description="its exit code, null while running")
+    log: str | None = Field(default=None, description="its log file")
+
+    @model_serializer(mode="wrap")
+    def _pending_is_bare(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {"id": self.id, "status": "pending"} if self.status == "pending" else data
+
+
+class StepReport(_Strict):
+    name: Literal["driver", "toolkit", "venv", "extensions"]
+    status: Literal["pending", "satisfied"] = Field(
+        description="as the latest plan of this invocation found it")
+    reason: str = Field(description="why it is satisfied, or what its actions will do")
+    actions: list[ActionReport] = Field(description="its actions, in order")
+
+
+class LockReport(_Strict):
+    """The one stack every step followed (steps.lock), and the file itself."""
+
+    torch: str = Field(description="the locked torch version, e.g. 2.11.0+cu130")
+    build: str = Field(description="the PyTorch build: cpu, cu128, ...")
+    python: str = Field(description="the venv's Python (major.minor)")
+    platform: str = Field(description="the platform resolved for, e.g. x86_64-manylinux_2_35")
+    decided_by: list[str] = Field(description="the packages that decided the torch version")
+    note: str = Field(description="how the build was settled, when it was not the first choice")
+    packages: dict[str, str] = Field(description="every pinned package: name -> version")
+    file: str = Field(description="where root keeps the lock file")
+    text: str = Field(description="the lock file, to hand to another host (venv.lock)")
+
+
+class Smoke(_Strict):
+    stack: dict[str, Any] | None = Field(
+        description="the stack smoke test's result (assets/smoke_stack.py: ok, torch, cuda, "
+        "gpus, backend, ranks, summary), null when it did not run in this invocation")
+
+
+class Report(_Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: Literal["mlsetup.report/1"] = Field(alias="schema", default=REPORT_SCHEMA,
+                                                 description="this format")
+    run_id: str = Field(description="the run (its log directory's name); a resumed run keeps it")
+    result: RunResult = Field(description="how this invocation ended")
+    code: int = Field(description="the exit code: 0 done, 1 failed, 2 invalid input, "
+                      "10 paused for a reboot")
+    changed: bool = Field(description="this invocation ran an action")
+    ran: list[str] = Field(description="the actions this invocation ran, in order")
+    failure: Failure | None = Field(description="why the run stopped; null unless it failed")
+    steps: list[StepReport] = Field(description="the plan's steps, in order")
+    lock: LockReport | None = Field(description="null before a stack was settled, or when "
+                                    "an offline venv was kept unlocked")
+    smoke: Smoke = Field(description="the smoke tests' results")
+    log_dir: str = Field(description="this run's logs: events.jsonl, one log per action, "
+                         "decisions.log")
+    time: float = Field(description="unix time the report was written")
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+
+
+@dataclass
+class Outcome:
+    """What this invocation did, for the report."""
+
+    changed: bool = False
+    ran: list[str] = field(default_factory=list)
+    failure: Failure | None = None
+    smoke: dict[str, Any] | None = None  # the stack smoke test's result, when it ran
+
+
+def make_report(
+    state: State, plan: Plan | None, lock: Lock | None, outcome: Outcome, log_dir: Path,
+    code: int, result: RunResult,
+) -> Report:
+    return Report(
+        run_id=state.run_id, result=result, code=code, changed=outcome.changed,
+        ran=list(outcome.ran), failure=outcome.failure,
+        steps=[_step(step, state) for step in plan.steps] if plan else [],
+        lock=LockReport(**lock.summary(), file=STATE_LOCK, text=lock.file_text())
+        if lock else None,
+        smoke=Smoke(stack=outcome.smoke), log_dir=str(log_dir), time=time.time(),
+    )
+
+
+def _step(step: Step, state: State) -> StepReport:
+    actions = [
+        ActionReport(id=a.id, **state.actions[a.id].model_dump(exclude={"pid", "step"}))
+        if a.id in state.actions else ActionReport(id=a.id, status="pending")
+        for a in step.actions
+    ]
+    return StepReport(name=step.name, status=step.status, reason=step.reason, actions=actions)
+
+
+def write_report(path: Path, report: Report) -> None:
+    write_atomic(path, report.to_json())

@@ -1,0 +1,115 @@
+"""The one stack, settled before any step changes anything, and its smoke test's verdict.
+
+The lock is resolved (or reused, or taken from `venv.lock`) once; root keeps its copy and
+shares one, with the smoke test, for the venv's owner. An offline machine whose venv
+already satisfies the answers keeps it unlocked."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from steps.actions import ActionRunner
+from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
+from steps.choices import choose
+from steps.diagnose import Diagnosis
+from steps.errors import InputError
+from steps.events import Notice
+from steps.facts import Facts
+from steps.knowledge import ASSETS_DIR
+from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
+from steps.runner import Result
+from steps.state import write_atomic
+from steps.venv import StackUnavailable, settle_lock
+from steps.venv import unlocked_ok as venv_unlocked_ok
+from steps.venvstate import probe_venv
+
+log = logging.getLogger("mlsetup.stack")
+
+SMOKE_MARK = "MLSETUP_SMOKE "  # the line assets/smoke_stack.py ends with: its result as JSON
+
+
+class StackSettler:
+    def __init__(self, run: ApplyRun, actions: ActionRunner) -> None:
+        self.run = run
+        self.actions = actions
+
+    def settle(self) -> None:
+        """Resolve (or reuse, or take from venv.lock) the one lock before any step changes
+        anything; a package that forces an impossible torch ends the run here with exit 2."""
+        facts = self.run.facts()
+        try:
+            self.run.lock = self._settle_lock(facts)
+        except InputError as exc:
+            self.run.fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
+                "stack-unsatisfiable", "No torch satisfies the answers' packages on this machine.",
+                "Change torch.packages or torch.cuda as the message says, then run the apply "
+                "again."), code=EXIT_INPUT)
+        except StackUnavailable as exc:
+            self._unavailable(exc, facts)
+            return
+        lock = self.run.lock
+        if lock is None:
+            log.info("stack lock: none in a dry run; planning from knowledge")
+            self.run.emit(Notice(text="dry run: the stack is resolved at apply; planning from "
+                                      "mlsetup's knowledge"))
+            return
+        log.info("stack lock: torch %s (%s), Python %s, decided by %s; %d packages", lock.torch,
+                 lock.build, lock.python, ", ".join(lock.decided_by), len(lock.packages))
+        self.run.emit(Notice(text=f"stack lock: torch {lock.torch} ({lock.build}) for "
+                                  f"Python {lock.python}, decided by "
+                                  f"{', '.join(lock.decided_by)}; "
+                                  f"{len(lock.packages)} packages pinned with hashes"))
+        if not self.run.req.dry_run:
+            self._keep_lock(lock)
+
+    def _settle_lock(self, facts: Facts) -> Lock | None:
+        resolving = not self.run.req.dry_run and self.run.state is not None
+        return settle_lock(
+            self.run.fs, facts, self.run.req.answers,
+            (lambda action: self.actions.command("venv", action)) if resolving else None,
+            self.run.paths.state_dir / "resolve" if resolving else None)
+
+    def _unavailable(self, exc: StackUnavailable, facts: Facts) -> None:
+        """No index to resolve from: keep a venv that already satisfies the answers (an image
+        with torch), or fail."""
+        choices = choose(facts, self.run.req.answers)
+        venv = probe_venv(self.run.fs, choices.venv_path)
+        if venv_unlocked_ok(venv, self.run.req.answers, choices):
+            log.info("stack lock: unavailable (%s); the venv satisfies the answers: kept "
+                     "unlocked", exc)
+            self.run.emit(Notice(text=f"{exc}; the venv already holds a torch and packages "
+                                      "that satisfy the answers: kept as it is, unlocked"))
+            return
+        self.run.fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
+            "index-unreachable", "uv could not reach the package index to resolve the stack.",
+            "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
+            f"torch.index_url), then: {RESUME_COMMAND}"))
+
+    def _keep_lock(self, lock: Lock) -> None:
+        """Root's copy in /var/lib/mlsetup; the copy the venv's owner syncs from and the smoke
+        test beside it in a directory only root writes."""
+        fs = self.run.fs
+        text = lock.file_text()
+        if fs.read_text(STATE_LOCK) != text:
+            write_atomic(fs.path(STATE_LOCK), text)
+        shared = fs.path(SHARED_DIR)
+        for directory in (shared.parent, shared):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
+        write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
+        write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(),
+                     mode=0o644)
+
+    def smoke_result(self, result: Result) -> None:
+        """The stack smoke test's verdict, from its last line, for the report."""
+        line = next((x for x in reversed(result.tail) if x.startswith(SMOKE_MARK)), None)
+        try:
+            smoke = json.loads(line[len(SMOKE_MARK):]) if line else None
+        except ValueError:
+            smoke = None
+        smoke = smoke if isinstance(smoke, dict) else None  # the report holds an object
+        self.run.outcome.smoke = smoke
+        log.info("stack smoke test: %s", smoke.get("summary") if smoke else "no result line")
+        if smoke:
+            self.run.emit(Notice(text=f"stack smoke test: {smoke.get('summary')}"))

@@ -1,0 +1,63 @@
+"""docs/formats.md describes every key of Facts, Plan and the report, from their models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from steps.facts import Facts
+from steps.plan import Plan
+from steps.report import Report
+from tests.common import REPO
+
+DOC = REPO / "docs" / "formats.md"
+
+
+def _type(s: dict[str, Any]) -> str:
+    if "$ref" in s:
+        return "object"
+    if "anyOf" in s:
+        return " or ".join(_type(x) for x in s["anyOf"])
+    if "enum" in s:
+        return " \\| ".join(f'"{v}"' for v in s["enum"])
+    if "const" in s:
+        return f'"{s["const"]}"'
+    if s.get("type") == "array":
+        return f"list of {_type(s.get('items', {}))}"
+    return str(s.get("type", "any"))
+
+
+def _rows(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> list[str]:
+    """One table row per key, `a.b` inside an object, `a[].b` inside a list's elements."""
+    rows = []
+    for name, s in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        rows.append(f"| `{path}` | {_type(s)} | {s.get('description', '')} |")
+        for sub, sep in ([(s, "."), (s.get("items", {}), "[].")]
+                         + [(x, ".") for x in s.get("anyOf", [])]):
+            if "$ref" in sub:
+                rows += _rows(defs[sub["$ref"].split("/")[-1]], defs, path + sep)
+                break
+    return rows
+
+
+def model_rows(model: type[BaseModel]) -> list[str]:
+    schema = model.model_json_schema(mode="validation", by_alias=True)
+    return _rows(schema, schema.get("$defs", {}))
+
+
+@pytest.mark.parametrize("model", [Facts, Plan, Report])
+def test_every_key_of_the_model_is_documented(model: type[BaseModel]):
+    doc = DOC.read_text()
+    missing = [row for row in model_rows(model)
+               if row.split(" | ")[0] + " |" not in doc]
+    assert not missing, f"docs/formats.md lacks {missing}"
+
+
+def test_the_report_table_is_the_one_its_model_generates():
+    doc = DOC.read_text()
+    report = doc[doc.index("## report"):]
+    missing = [row for row in model_rows(Report) if row not in report]
+    assert not missing, f"regenerate the report table of docs/formats.md: {missing}"
