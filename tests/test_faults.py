@@ -83,6 +83,20 @@ def _watchdogs() -> list[psutil.Process]:
     return out
 
 
+def _stop_engine_with_a_job_parked(engine: int, objects: Path, compiled: int) -> None:
+    """SIGSTOP the engine at a moment when at least `compiled` objects are built and one of
+    its compile jobs is parked; let it go on and try again while that is not so."""
+    deadline = time.monotonic() + 120
+    while True:
+        if len(list(objects.glob("k*.o"))) >= compiled and _stopped(objects):
+            os.kill(engine, signal.SIGSTOP)
+            if _stopped(objects):
+                return
+            os.kill(engine, signal.SIGCONT)
+        assert time.monotonic() < deadline, "timed out waiting for a parked job"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize(
     ("kill", "compiled"), [("engine", 0), ("engine", 3), ("engine-and-watchdog", 3)]
 )
@@ -99,13 +113,13 @@ def test_kill_9_with_jobs_parked_then_resume_completes(
     objects = _install_manyext(server)
     viewer = server.popen("apply", "--answers", str(server.answers))
     wait_for(lambda: server.started("extensions.manyext.build"), timeout=240)
-    # the kill point: `compiled` objects built and a job parked
-    wait_for(lambda: len(list(objects.glob("k*.o"))) >= compiled and len(_stopped(objects)) > 0,
-             timeout=120)
+    engine = _engine_pid(server)
+    # the kill point: `compiled` objects built and a job parked, held so by stopping the engine
+    # (its governor would otherwise let the job go between this check and the kill)
+    _stop_engine_with_a_job_parked(engine, objects, compiled)
     parked = {os.getpgid(p.pid) for p in _stopped(objects)}
     kept = len(list(objects.glob("k*.o")))
     progress = [e for e in server.events() if isinstance(e, BuildProgress)]
-    engine = _engine_pid(server)
     watchdogs = _watchdogs()
     assert watchdogs, "the governor runs a watchdog"
     if kill == "engine-and-watchdog":

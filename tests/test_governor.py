@@ -195,8 +195,10 @@ def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path)
     kept = Lessons.load(lessons)
     assert kept is not None and len(kept.peaks) >= 2
     assert all(95 * MiB <= p <= 140 * MiB for p in kept.peaks), kept.peaks
-    # times to peak are running time: the spells the hard stop kept a job frozen are not in it
-    assert all(0.2 <= r <= 2.0 for r in kept.ramps), kept.ramps
+    # times to peak are running time: the spells the hard stop kept a job frozen are not in
+    # it. The jobs ramp for 0.5 s; a loaded 2-core runner stretched that to 3.0 s once, so the
+    # bound allows for start-up under load, not for frozen spells on top of it.
+    assert all(0.2 <= r <= 5.0 for r in kept.ramps), kept.ramps
 
     events: list[Event] = []
     again = Governor(
