@@ -24,6 +24,8 @@ fi
 checks=0
 ./tests/checks.sh || checks=$?
 pytest=0
-.venv/bin/python -m pytest "$@" || pytest=$?
+# 3 workers; the modules that share a fixture across tests (a fleet, a wheel, containers) keep
+# to one worker each (their xdist_group)
+.venv/bin/python -m pytest -n 3 --dist loadgroup "$@" || pytest=$?
 [ "$checks" -eq 0 ] || echo "run.sh: a static check FAILED (checks.sh's findings, above pytest's)" >&2
 exit $((pytest ? pytest : checks))

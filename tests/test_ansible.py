@@ -34,7 +34,8 @@ RECAP = re.compile(
 )
 APT_BROKEN = "E: Unable to correct problems, you have held broken packages."
 
-pytestmark = pytest.mark.slow
+# under xdist (tests/run.sh) on one worker: its plays share one fleet, in order
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ansible")]
 
 
 def ansible_playbook() -> str:

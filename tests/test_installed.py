@@ -29,7 +29,8 @@ import pytest
 
 from tests.common import MACHINES, REPO
 
-pytestmark = pytest.mark.slow
+# under xdist (tests/run.sh) on one worker: one wheel, built once from this checkout
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("installed")]
 
 NOBODY = 65534
 VERSION_LINE = "mlsetup 0.1.0"

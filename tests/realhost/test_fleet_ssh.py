@@ -26,7 +26,8 @@ from tests.realhost.container import SSH_OPTIONS, Container
 from tests.realhost.hosts import TIMINGS, container_env, container_server
 from tests.test_ansible import APT_BROKEN, PLAYBOOK, ansible_playbook, boots, recap, shown
 
-pytestmark = pytest.mark.slow
+# under xdist (tests/run.sh) on one worker: one image and one set of containers
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realhost")]
 HOSTS = ("gpu1", "gpu2")
 
 

@@ -25,7 +25,8 @@ from tests.realhost.container import Container
 from tests.realhost.hosts import container_env, container_server, install_mlsetup, write_answers
 from tests.realhost.proxy import ConnectProxy
 
-pytestmark = pytest.mark.slow
+# under xdist (tests/run.sh) on one worker: one image and one set of containers
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realhost")]
 UNIT_RE = re.compile(r"mlsetup-apply-[0-9a-f]{8}\.service")
 RESUME_UNIT = "/etc/systemd/system/mlsetup-resume.service"
 
