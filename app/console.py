@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import deque
 from typing import TextIO
@@ -81,74 +82,108 @@ class ConsolePrinter:
         self.out.flush()
         self.last_print = t
 
+    # One handler per event type (an event type without one prints nothing).
+    @functools.singledispatchmethod
     def __call__(self, event: Event) -> None:
+        pass
+
+    @__call__.register
+    def _run_started(self, event: RunStarted) -> None:
+        self.t0 = event.t
+        what = (
+            "dry run (nothing is executed)"
+            if event.dry_run
+            else ("resuming" if event.resumed else "starting")
+        )
+        self._print(event.t, f"mlsetup {what}: run {event.run_id}, engine pid {event.pid}", "")
+
+    @__call__.register
+    def _plan_made(self, event: PlanMade) -> None:
         t = event.t
-        if isinstance(event, RunStarted):
-            self.t0 = t
-            what = (
-                "dry run (nothing is executed)"
-                if event.dry_run
-                else ("resuming" if event.resumed else "starting")
+        pending = [s for s in event.plan["steps"] if s["status"] == "pending"]
+        n = sum(len(s["actions"]) for s in pending)
+        self._print(t, f"plan: {len(pending)} step(s) to do, {n} action(s)", "")
+        for step in pending:
+            titles = "; ".join(a["title"] for a in step["actions"]) or step["reason"]
+            self._print(t, f"  {step['name']}: {titles}", "")
+        for w in event.plan["warnings"]:
+            self._print(t, f"warning: {w}", "")
+
+    @__call__.register
+    def _step_satisfied(self, event: StepSatisfied) -> None:
+        self.step = event.step
+        self._print(event.t, f"✓ {event.reason}")
+
+    @__call__.register
+    def _step_started(self, event: StepStarted) -> None:
+        self.step = event.step
+        self._print(event.t, f"▶ {event.reason} ({len(event.actions)} action(s))")
+
+    @__call__.register
+    def _action_started(self, event: ActionStarted) -> None:
+        self.started[event.action] = event.t
+        self.tail.clear()
+        self._print(event.t, f"  · {event.title}")
+        self._print(event.t, f"    $ {event.command}")
+
+    @__call__.register
+    def _output(self, event: Output) -> None:
+        t = event.t
+        self.tail.append(event.line)
+        if t - self.last_print >= self.HEARTBEAT:
+            ran = t - self.started.get(event.action, t)
+            self._print(
+                t, f"    … {event.action} running {duration(ran)}: {event.line.strip()[:90]}"
             )
-            self._print(t, f"mlsetup {what}: run {event.run_id}, engine pid {event.pid}", "")
-        elif isinstance(event, PlanMade):
-            pending = [s for s in event.plan["steps"] if s["status"] == "pending"]
-            n = sum(len(s["actions"]) for s in pending)
-            self._print(t, f"plan: {len(pending)} step(s) to do, {n} action(s)", "")
-            for step in pending:
-                titles = "; ".join(a["title"] for a in step["actions"]) or step["reason"]
-                self._print(t, f"  {step['name']}: {titles}", "")
-            for w in event.plan["warnings"]:
-                self._print(t, f"warning: {w}", "")
-        elif isinstance(event, StepSatisfied):
-            self.step = event.step
-            self._print(t, f"✓ {event.reason}")
-        elif isinstance(event, StepStarted):
-            self.step = event.step
-            self._print(t, f"▶ {event.reason} ({len(event.actions)} action(s))")
-        elif isinstance(event, ActionStarted):
-            self.started[event.action] = t
-            self.tail.clear()
-            self._print(t, f"  · {event.title}")
-            self._print(t, f"    $ {event.command}")
-        elif isinstance(event, Output):
-            self.tail.append(event.line)
-            if t - self.last_print >= self.HEARTBEAT:
-                ran = t - self.started.get(event.action, t)
-                self._print(
-                    t, f"    … {event.action} running {duration(ran)}: {event.line.strip()[:90]}"
-                )
-        elif isinstance(event, BuildProgress):
-            if t - self.last_print >= self.HEARTBEAT:
-                self._print(t, f"    … compiled {event.done}/{event.total}")
-        elif isinstance(event, ActionFinished):
-            mark = {"done": "✓", "failed": "✗", "already-done": "✓", "dry-run": "·"}[event.status]
-            extra = {
-                "already-done": " (done in an earlier run)",
-                "dry-run": " (dry run: not executed)",
-            }.get(event.status, "")
-            took = f" in {duration(event.elapsed)}" if event.status in ("done", "failed") else ""
-            code = f" exit {event.exit_code}" if event.status == "failed" else ""
-            self._print(t, f"  {mark} {event.action}{code}{took}{extra}")
-            if event.action.endswith(".smoke") and event.status == "done" and self.tail:
-                self._print(t, f"    → {self.tail[-1]}")  # what the smoke test showed
-        elif isinstance(event, Waiting):
-            self._print(t, f"  … {event.reason}")
-        elif isinstance(event, Notice):
-            self._print(t, f"note: {event.text}")
-        elif isinstance(event, Throttle):
-            self._print(t, f"    memory: jobs {event.jobs_from} → {event.jobs_to} ({event.reason})")
-        elif isinstance(event, RebootNeeded):
-            self._print(t, f"⟳ reboot needed after {event.action}: {event.next}")
-        elif isinstance(event, Failed):
-            self._print(t, f"✗ {event.what}", event.step)
-            pad = " " * 8
-            if self.tail:
-                self.out.write(f"{pad}last output:\n")
-                for line in self.tail:
-                    self.out.write(f"{pad}  | {line}\n")
-            self.out.write(f"{pad}why:  {event.why}\n{pad}next: {event.next}\n")
-            if event.log:
-                self.out.write(f"{pad}log:  {event.log}\n")
-        elif isinstance(event, Finished):
-            self._print(t, f"{event.result}: {event.summary} (exit {event.code})", "")
+
+    @__call__.register
+    def _build_progress(self, event: BuildProgress) -> None:
+        if event.t - self.last_print >= self.HEARTBEAT:
+            self._print(event.t, f"    … compiled {event.done}/{event.total}")
+
+    @__call__.register
+    def _action_finished(self, event: ActionFinished) -> None:
+        mark = {"done": "✓", "failed": "✗", "already-done": "✓", "dry-run": "·"}[event.status]
+        extra = {
+            "already-done": " (done in an earlier run)",
+            "dry-run": " (dry run: not executed)",
+        }.get(event.status, "")
+        took = f" in {duration(event.elapsed)}" if event.status in ("done", "failed") else ""
+        code = f" exit {event.exit_code}" if event.status == "failed" else ""
+        self._print(event.t, f"  {mark} {event.action}{code}{took}{extra}")
+        if event.action.endswith(".smoke") and event.status == "done" and self.tail:
+            self._print(event.t, f"    → {self.tail[-1]}")  # what the smoke test showed
+
+    @__call__.register
+    def _waiting(self, event: Waiting) -> None:
+        self._print(event.t, f"  … {event.reason}")
+
+    @__call__.register
+    def _notice(self, event: Notice) -> None:
+        self._print(event.t, f"note: {event.text}")
+
+    @__call__.register
+    def _throttle(self, event: Throttle) -> None:
+        self._print(
+            event.t, f"    memory: jobs {event.jobs_from} → {event.jobs_to} ({event.reason})"
+        )
+
+    @__call__.register
+    def _reboot_needed(self, event: RebootNeeded) -> None:
+        self._print(event.t, f"⟳ reboot needed after {event.action}: {event.next}")
+
+    @__call__.register
+    def _failed(self, event: Failed) -> None:
+        self._print(event.t, f"✗ {event.what}", event.step)
+        pad = " " * 8
+        if self.tail:
+            self.out.write(f"{pad}last output:\n")
+            for line in self.tail:
+                self.out.write(f"{pad}  | {line}\n")
+        self.out.write(f"{pad}why:  {event.why}\n{pad}next: {event.next}\n")
+        if event.log:
+            self.out.write(f"{pad}log:  {event.log}\n")
+
+    @__call__.register
+    def _finished(self, event: Finished) -> None:
+        self._print(event.t, f"{event.result}: {event.summary} (exit {event.code})", "")
