@@ -29,6 +29,7 @@ from pydantic import (
 from steps.errors import InputError, describe_validation_error
 from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
+from steps.units import GiB, MiB
 
 # Every value below that becomes an argv element or a path is checked here, once (DESIGN.md,
 # "Trust"). Patterns use [0-9], never \d: fullwidth digits are digits to Python, not to uv.
@@ -387,14 +388,14 @@ class BuildAnswers(_Section):
             return None
         m = _MEMORY.fullmatch(self.memory_limit.strip())
         assert m
-        return int(float(m.group(2)) * (2**30 if m.group(3) == "GiB" else 2**20))
+        return int(float(m.group(2)) * (GiB if m.group(3) == "GiB" else MiB))
 
     def reserve_bytes(self, total_bytes: int) -> int:
         m = _MEMORY.fullmatch(self.memory_reserve.strip())
         assert m
         if m.group(1) is not None:
             return int(total_bytes * float(m.group(1)) / 100)
-        unit = 2**30 if m.group(3) == "GiB" else 2**20
+        unit = GiB if m.group(3) == "GiB" else MiB
         return int(float(m.group(2)) * unit)
 
 

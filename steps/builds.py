@@ -21,7 +21,8 @@ from steps.extensions import target_key
 from steps.governor import GiB, Governor
 from steps.paths import CACHE_DIR, RUNTIME_DIR
 from steps.plan import Action
-from steps.runner import Result, lookup_account
+from steps.accounts import lookup_account
+from steps.runner import Result
 from steps.safefs import make_dir, trusted_dir
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, publish, tree_name

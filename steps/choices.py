@@ -20,9 +20,8 @@ from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
 from steps.lock import Lock, build_of, platform_for
 from steps.rootfs import RootFS
+from steps.units import GiB
 from steps.warnings import machine_warnings
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -439,14 +438,14 @@ def _machine_warnings(
     need = len(missing) * k.cuda.install_bytes
     if missing and free is not None and free < need:
         out.append(
-            f"/usr/local has {free / GIB:.1f} GiB free; CUDA {', '.join(missing)} needs about "
-            f"{need / GIB:.0f} GiB."
+            f"/usr/local has {free / GiB:.1f} GiB free; CUDA {', '.join(missing)} needs about "
+            f"{need / GiB:.0f} GiB."
         )
     home_free = facts.disk_free_bytes.get("/home" if venv_path.startswith("/home/") else "/")
     if cuda and home_free is not None and home_free < k.torch.cuda_venv_bytes:
         out.append(
-            f"{venv_path} is on a filesystem with {home_free / GIB:.1f} GiB free; a CUDA torch "
-            f"venv takes about {k.torch.cuda_venv_bytes / GIB:.0f} GiB."
+            f"{venv_path} is on a filesystem with {home_free / GiB:.1f} GiB free; a CUDA torch "
+            f"venv takes about {k.torch.cuda_venv_bytes / GiB:.0f} GiB."
         )
     return out
 
@@ -464,7 +463,7 @@ def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> 
     usable = available - reserve
     if (limit := answers.build.limit_bytes()) is not None:
         usable = min(usable, limit)
-    return max(1, min(cores, int(usable // (recipe.peak_job_gib * GIB))))
+    return max(1, min(cores, int(usable // (recipe.peak_job_gib * GiB))))
 
 
 def _build_target(

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from steps.errors import InputError
-from steps.safefs import MiB, UnsafeFile, read_bounded
+from steps.safefs import UnsafeFile, read_bounded
+from steps.units import MiB
 
 if sys.version_info >= (3, 11):
     import tomllib

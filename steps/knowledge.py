@@ -18,6 +18,7 @@ from packaging.version import Version
 
 from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
 from steps.settings import settings
+from steps.units import MiB
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -270,14 +271,14 @@ def knowledge() -> Knowledge:
             releases=tuple(CudaRelease(**r) for r in cuda["release"]),
             major_min_driver=cuda["major_min_driver"],
             min_cuda_for_compute_capability=cuda["min_cuda_for_compute_capability"],
-            install_bytes=cuda["install_mib"] * 2**20,
+            install_bytes=cuda["install_mib"] * MiB,
         ),
         gpus={k: GpuModel(*v) for k, v in load_asset("gpus.toml")["device"].items()},
         driver=_driver(load_asset("driver.toml")),
         repo=NvidiaRepo(**load_asset("nvidia_repo.toml")),
         torch=TorchKnowledge(
             index_url=torch["index_url"],
-            cuda_venv_bytes=torch["cuda_venv_mib"] * 2**20,
+            cuda_venv_bytes=torch["cuda_venv_mib"] * MiB,
             releases=tuple(
                 TorchRelease(
                     series=r["series"],

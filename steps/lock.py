@@ -22,6 +22,7 @@ from steps.answers import Answers
 from steps.errors import InputError
 from steps.knowledge import knowledge
 from steps.safefs import read_bounded
+from steps.units import MiB
 
 LOCK_SCHEMA = "mlsetup.lock/1"
 HEADER = "# mlsetup-lock: "
@@ -35,7 +36,7 @@ SMOKE_SCRIPT = f"{SHARED_DIR}/smoke_stack.py"
 # 2.39, Debian 12 2.36: https://packages.ubuntu.com/jammy/libc6,
 # https://packages.debian.org/bookworm/libc6): a wheel resolved for it installs on all of them.
 MANYLINUX = "manylinux_2_35"
-MAX_LOCK_BYTES = 4 * 2**20
+MAX_LOCK_BYTES = 4 * MiB
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?:\s*\\)?$")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+)?(-r \S+|[A-Za-z0-9][A-Za-z0-9._-]*)\s*$")

@@ -24,13 +24,14 @@ import psutil
 from steps.buildtree import signal_group
 from steps.safefs import read_bounded
 from steps.state import write_atomic
+from steps.units import MiB
 
 END_GRACE_S = 5.0  # SIGTERM, then this long to end, then SIGKILL
 # An engine killed with SIGKILL is a zombie within milliseconds of closing its files; one that
 # closed the watchdog's pipe and is still running after this long was not killed (it exec'd,
 # or a debugger holds it) and its governor is trusted to be at work.
 WATCHDOG_ENGINE_EXIT_WAIT_S = 10.0
-RECORD_LIMIT = 1 << 20
+RECORD_LIMIT = MiB
 
 
 class Watchdog:

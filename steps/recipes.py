@@ -36,7 +36,8 @@ from pydantic import (
 )
 
 from steps.errors import InputError, describe_validation_error
-from steps.safefs import MiB, UnsafeFile, read_bounded
+from steps.safefs import UnsafeFile, read_bounded
+from steps.units import MiB
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -23,7 +23,7 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
-KiB, MiB = 1024, 1024 * 1024
+from steps.units import MiB
 
 # O_NONBLOCK keeps open() of a FIFO from waiting for a writer; it is cleared once fstat has
 # shown a regular file, where it means nothing anyway.

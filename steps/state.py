@@ -18,7 +18,8 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from steps.errors import InputError
-from steps.safefs import MiB, read_bounded
+from steps.safefs import read_bounded
+from steps.units import MiB
 
 STATE_SCHEMA: Final = "mlsetup.state/1"
 # A real state is a few KiB (the plan and one record per action); past these it is not ours.

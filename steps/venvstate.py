@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 
 from steps.rootfs import RootFS
-from steps.safefs import KiB, read_bounded, walk
+from steps.safefs import read_bounded, walk
+from steps.units import KiB
 
 READ_LIMIT = 256 * KiB  # pyvenv.cfg and torch/version.py are well under 4 KiB
 

@@ -29,10 +29,11 @@ from steps.safefs import (
     trusted_dir,
     walk,
 )
+from steps.units import GiB
 
 WHEEL_CACHE = f"{CACHE_DIR}/wheels"
 BUILD_ROOT = f"{CACHE_DIR}/build"
-WHEEL_LIMIT = 4 * 2**30  # flash-attn's wheels are a few hundred MB; nothing kept is larger
+WHEEL_LIMIT = 4 * GiB  # flash-attn's wheels are a few hundred MB; nothing kept is larger
 
 
 def wheel_key(package: str, version: str, torch_version: str, python: str, archs: str) -> str:
