@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from steps.accounts import lookup_account
 from steps.applyrun import ApplyRun
 from steps.choices import BuildTarget
 from steps.diagnose import diagnose
@@ -21,7 +22,6 @@ from steps.extensions import target_key
 from steps.governor import GiB, Governor
 from steps.paths import CACHE_DIR, RUNTIME_DIR
 from steps.plan import Action
-from steps.accounts import lookup_account
 from steps.runner import Result
 from steps.safefs import make_dir, trusted_dir
 from steps.venvstate import probe_venv
