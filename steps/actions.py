@@ -19,8 +19,8 @@ from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
-from steps.governor import end_process_tree
 from steps.lock import index_secrets
+from steps.orphans import end_process_tree
 from steps.plan import Action
 from steps.runner import Result, RunnerError
 from steps.state import ActionRecord

@@ -19,11 +19,12 @@ from steps.choices import BuildTarget
 from steps.diagnose import diagnose
 from steps.events import Notice
 from steps.extensions import target_key
-from steps.governor import GiB, Governor
+from steps.governor import Governor
 from steps.paths import CACHE_DIR, RUNTIME_DIR
 from steps.plan import Action
 from steps.runner import Result
 from steps.safefs import make_dir, trusted_dir
+from steps.units import GiB
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, publish, tree_name
 

@@ -51,7 +51,7 @@ from steps.events import (
     StepStarted,
 )
 from steps.facts import Facts
-from steps.governor import end_orphaned_build
+from steps.orphans import end_orphaned_build
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.reboot import RebootResume

@@ -46,23 +46,13 @@ import psutil
 
 from steps.buildtree import SAMPLE_INTERVAL_S, BuildTree, Reading, sample
 from steps.events import BuildProgress, Event, EventSink, MemorySample
-from steps.jobserver import MAX_JOBS_UNDER_GOVERNOR, Jobserver
-from steps.lessons import Learned, Lessons
-from steps.orphans import Watchdog, end_orphaned_build, end_process_tree
+from steps.jobserver import Jobserver
+from steps.lessons import Learned
+from steps.orphans import Watchdog
 from steps.throttle import Decision, Throttler
 from steps.units import GiB
 
 # What callers import from here; each lives in the module that is its home.
-__all__ = [
-    "MAX_JOBS_UNDER_GOVERNOR",
-    "Decision",
-    "GiB",
-    "Governor",
-    "Lessons",
-    "Summary",
-    "end_orphaned_build",
-    "end_process_tree",
-]
 
 EVENT_INTERVAL_S = 1.0  # MemorySample events: once a second is enough for a gauge
 

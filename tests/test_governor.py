@@ -17,7 +17,9 @@ import psutil
 import pytest
 
 from steps.events import BuildProgress, Event, MemorySample, Throttle
-from steps.governor import MAX_JOBS_UNDER_GOVERNOR, Governor, Lessons
+from steps.governor import Governor
+from steps.jobserver import MAX_JOBS_UNDER_GOVERNOR
+from steps.lessons import Lessons
 
 NINJA = Path(sys.executable).parent / "ninja"
 JOB = Path(__file__).resolve().parent / "bench" / "synthetic_job.py"

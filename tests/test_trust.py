@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from steps.events import Notice
-from steps.governor import Governor, Lessons
+from steps.governor import Governor
+from steps.lessons import Lessons
 from steps.safefs import UnsafeFile, make_dir, open_dir
 from tests.common import REPO
 from tests.harness import USER_UID, FakeServer
