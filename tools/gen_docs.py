@@ -77,7 +77,7 @@ def _options(parser: argparse.ArgumentParser) -> tuple[Option, ...]:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
         takes_value = action.nargs != 0
-        metavar = (action.metavar or action.dest.upper()) if takes_value else None
+        metavar = (str(action.metavar or action.dest.upper())) if takes_value else None
         found.append(Option(tuple(action.option_strings), action.help or "", metavar))
     return tuple(found)
 
@@ -139,7 +139,8 @@ def bash() -> str:
         f'        {c.name or EMPTY}) opts="{" ".join(f for o in c.options for f in o.flags)}" ;;'
         for c in cmds
     )
-    files, dirs = set(), set()
+    files: set[str] = set()
+    dirs: set[str] = set()
     for c in cmds:
         for o in c.options:
             if o.metavar:
@@ -281,7 +282,8 @@ def _man_options(options: tuple[Option, ...]) -> list[str]:
 def _exit_codes(epilog: str) -> list[tuple[str, str]]:
     """'exit codes: 0 done, 1 a step failed, ...' as [(code, meaning)]."""
     listed = epilog.split(":", 1)[1]
-    return [tuple(part.strip().split(" ", 1)) for part in listed.split(",")]  # type: ignore[misc]
+    pairs = [part.strip().split(" ", 1) for part in listed.split(",")]
+    return [(code, meaning) for code, meaning in pairs]
 
 
 def man() -> str:
