@@ -12,7 +12,6 @@ carries them; install.sh puts them where bash-completion, zsh and man look.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -94,12 +93,13 @@ def _installation_free(text: str) -> str:
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    return " ".join(parser.format_usage().split()).removeprefix("usage: ")
+    """The usage line argparse prints, on one line whatever terminal this runs in."""
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=1000)
+    return parser.format_usage().strip().removeprefix("usage: ")
 
 
 def commands() -> list[Command]:
     """mlsetup itself first, then each command in the parser's order."""
-    os.environ["COLUMNS"] = "1000"  # one line of usage, whatever terminal this runs in
     top = _parser()
     sub = _subparsers(top)
     helps = {a.dest: a.help or "" for a in sub._choices_actions}
