@@ -41,4 +41,11 @@ mkdir -p "$bindir"
 # The link is for people; what mlsetup starts by itself (the detached engine, the resume unit's
 # ExecStart) names $prefix/bin/mlsetup, the script beside the interpreter that runs it.
 ln -sfn "$prefix/bin/mlsetup" "$bindir/mlsetup"
+# Completion and the manual page (generated from the parser by tools/gen_docs.py) go to the
+# share directory beside $bindir, where bash-completion, zsh's site-functions and man look for
+# /usr/local's: /usr/local/share by default.
+share=$(dirname "$bindir")/share
+install -D -m 0644 "$src/assets/completion/mlsetup.bash" "$share/bash-completion/completions/mlsetup"
+install -D -m 0644 "$src/assets/completion/_mlsetup" "$share/zsh/site-functions/_mlsetup"
+install -D -m 0644 "$src/assets/man/mlsetup.1" "$share/man/man1/mlsetup.1"
 echo "install.sh: installed $("$prefix/bin/mlsetup" --version) as $bindir/mlsetup"

@@ -315,6 +315,13 @@ def test_install_from_source_then_skip_the_same_version(tmp_path: Path):
         [str(tmp_path / "bin/mlsetup"), "--version"], capture_output=True, text=True, check=True
     )
     assert version.stdout.startswith("mlsetup ")
+    share = tmp_path / "share"  # beside the bin directory, as /usr/local/share is
+    for shipped, installed in [
+        ("completion/mlsetup.bash", "bash-completion/completions/mlsetup"),
+        ("completion/_mlsetup", "zsh/site-functions/_mlsetup"),
+        ("man/mlsetup.1", "man/man1/mlsetup.1"),
+    ]:
+        assert (share / installed).read_text() == (REPO / "assets" / shipped).read_text()
     stamp = (tmp_path / "opt/mlsetup/.mlsetup-source").read_text()
     assert re.fullmatch(r"\S+ sha256:[0-9a-f]{64}\n", stamp)
     assert not (tmp_path / "mlsetup-0.1.0").exists()
