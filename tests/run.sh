@@ -4,17 +4,18 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The real-host tests (tests/realhost) boot Debian 12 containers with systemd-nspawn: as root
-# (CI starts from a bare image) install what they need from this machine's apt archive;
-# without root they skip and say why.
-realhost_tools="debootstrap systemd-container openssh-client"
+# Tools some tests drive, from this machine's apt archive when run as root (CI starts from a
+# bare image): systemd-nspawn containers for tests/realhost, zsh for the completion test, groff
+# and man for the manual page; without them (or without root) those tests skip and say why.
+test_tools="debootstrap systemd-container openssh-client zsh groff man-db"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 &&
-    ! { command -v debootstrap && command -v systemd-nspawn && command -v ssh; } >/dev/null; then
+    ! { command -v debootstrap && command -v systemd-nspawn && command -v ssh &&
+        command -v zsh && command -v groff && command -v man; } >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     # shellcheck disable=SC2086
-    apt-get install -y -q $realhost_tools >/dev/null ||
-        { apt-get update -q >/dev/null && apt-get install -y -q $realhost_tools >/dev/null; } ||
-        echo "run.sh: could not install $realhost_tools; the real-host tests will skip" >&2
+    apt-get install -y -q $test_tools >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q $test_tools >/dev/null; } ||
+        echo "run.sh: could not install $test_tools; the tests that need them will skip" >&2
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
