@@ -151,4 +151,3 @@ def attach(fs: RootFS) -> int:
         sys.stderr.write("mlsetup: no apply has run on this machine yet\n")
         return 1
     return _view(fs, None)
-

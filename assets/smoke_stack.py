@@ -45,8 +45,9 @@ def _worker(rank: int, world: int, port: int, backend: str, queue) -> None:
         out["name"] = torch.cuda.get_device_name(rank) if backend == "nccl" else "cpu"
         out["matmul_rel_err"] = _matmul(torch, device)
         if world > 1:
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
-                                    rank=rank, world_size=world)
+            dist.init_process_group(
+                backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+            )
             t = torch.full((4,), float(rank + 1), device=device)
             dist.all_reduce(t)
             out["all_reduce"] = float(t[0].item())
@@ -68,8 +69,9 @@ def _run_ranks(world: int, backend: str) -> list[dict]:
     ctx = mp.get_context("spawn")  # CUDA is never initialised in a forked child
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, backend, queue))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_worker, args=(r, world, port, backend, queue)) for r in range(world)
+    ]
     for p in procs:
         p.start()
     results = []
@@ -110,8 +112,12 @@ def main(argv: list[str]) -> int:
         result["summary"] = f"torch is {torch.__version__}, the lock says {args.torch}"
         return _done(result)
     if getattr(torch, "FAKE", False):  # mlsetup's own test stand-in (tests/pkgindex.py)
-        result.update(ok=True, fake=True, summary=f"torch {torch.__version__} imports (a "
-                      "test stand-in: no matmul or all-reduce can run)")
+        result.update(
+            ok=True,
+            fake=True,
+            summary=f"torch {torch.__version__} imports (a "
+            "test stand-in: no matmul or all-reduce can run)",
+        )
         return _done(result)
     gpus = 0 if args.cpu else torch.cuda.device_count()
     result["gpus"] = gpus
@@ -129,16 +135,22 @@ def main(argv: list[str]) -> int:
     bad = [r for r in ranks if r.get("matmul_rel_err", 1.0) > 1e-2]
     errors += [f"rank {r['rank']}: matmul error {r.get('matmul_rel_err')}" for r in bad]
     if world > 1:
-        errors += [f"rank {r['rank']}: all-reduce gave {r.get('all_reduce')}, not {want}"
-                   for r in ranks if r.get("all_reduce") != want]
+        errors += [
+            f"rank {r['rank']}: all-reduce gave {r.get('all_reduce')}, not {want}"
+            for r in ranks
+            if r.get("all_reduce") != want
+        ]
     where = f"{gpus} GPU(s)" if gpus else "the CPU"
     if errors:
         result["summary"] = f"torch {torch.__version__} on {where}: " + "; ".join(errors)
         return _done(result)
     reduce = f", {backend} all-reduce over {world} processes = {want:g}" if world > 1 else ""
     worst = max(r["matmul_rel_err"] for r in ranks)
-    result.update(ok=True, summary=f"torch {torch.__version__} on {where}: matmul on each "
-                  f"(max rel. error {worst:.1e}){reduce}")
+    result.update(
+        ok=True,
+        summary=f"torch {torch.__version__} on {where}: matmul on each "
+        f"(max rel. error {worst:.1e}){reduce}",
+    )
     return _done(result)
 
 

@@ -37,15 +37,19 @@ class ActionRunner:
     def __init__(self, run: ApplyRun) -> None:
         self.run = run
 
-    def run_action(self, step: str, action: Action, execute: Execute | None = None
-                   ) -> Result | None:
+    def run_action(
+        self, step: str, action: Action, execute: Execute | None = None
+    ) -> Result | None:
         """Run `action` (through `execute`; default: the runner) and record it; a failure ends
         the run (ApplyRun.fail). None in a dry run, where nothing runs."""
         log_path = self.run.action_log(action.id)
         self._announce(step, action, log_path)
         if self.run.req.dry_run:
-            self.run.emit(ActionFinished(step=step, action=action.id, status="dry-run",
-                                         exit_code=None, elapsed=0.0))
+            self.run.emit(
+                ActionFinished(
+                    step=step, action=action.id, status="dry-run", exit_code=None, elapsed=0.0
+                )
+            )
             return None
         self._wait_for_interrupted(action)
         if uses_dpkg(action):
@@ -57,10 +61,15 @@ class ActionRunner:
         result = self._execute(step, action, log_path, record, execute or self._plain)
         self._record_end(step, action, record, result)
         if result.exit_code != 0:
-            self.run.fail(step, action, result.exit_code, log_path,
-                          what=f"{action.id} failed (exit {result.exit_code})",
-                          diagnosis=diagnose(result.tail, result.exit_code, str(log_path)),
-                          tail=result.tail)
+            self.run.fail(
+                step,
+                action,
+                result.exit_code,
+                log_path,
+                what=f"{action.id} failed (exit {result.exit_code})",
+                diagnosis=diagnose(result.tail, result.exit_code, str(log_path)),
+                tail=result.tail,
+            )
         self.run.outcome.changed = True
         self.run.outcome.ran.append(action.id)
         return result
@@ -88,21 +97,36 @@ class ActionRunner:
 
     def _announce(self, step: str, action: Action, log_path: Path) -> None:
         log.info("%s: started: %s (log %s)", action.id, action.command_line(), log_path)
-        self.run.emit(ActionStarted(step=step, action=action.id, title=action.title,
-                                    command=action.command_line(), log=str(log_path)))
+        self.run.emit(
+            ActionStarted(
+                step=step,
+                action=action.id,
+                title=action.title,
+                command=action.command_line(),
+                log=str(log_path),
+            )
+        )
 
     def _finished(self, step: str, action: Action, status: str, result: Result) -> None:
-        log.info("%s: %s, exit %s after %.1fs", action.id, status, result.exit_code,
-                 result.elapsed)
-        self.run.emit(ActionFinished(step=step, action=action.id, status=status,
-                                     exit_code=result.exit_code, elapsed=result.elapsed))
+        log.info("%s: %s, exit %s after %.1fs", action.id, status, result.exit_code, result.elapsed)
+        self.run.emit(
+            ActionFinished(
+                step=step,
+                action=action.id,
+                status=status,
+                exit_code=result.exit_code,
+                elapsed=result.elapsed,
+            )
+        )
 
     def _plain(self, action: Action, log_path: Path, started: Callable[[int], None]) -> Result:
-        return self.run.runner.run(action, log_path, on_start=started,
-                                   extra_env=self.secrets(action))
+        return self.run.runner.run(
+            action, log_path, on_start=started, extra_env=self.secrets(action)
+        )
 
-    def _execute(self, step: str, action: Action, log_path: Path, record: ActionRecord,
-                 execute: Execute) -> Result:
+    def _execute(
+        self, step: str, action: Action, log_path: Path, record: ActionRecord, execute: Execute
+    ) -> Result:
         def started(pid: int) -> None:
             record.pid = pid
             self.run.save()
@@ -115,14 +139,12 @@ class ActionRunner:
                     raise
                 raise OSError(exc.errno, exc.strerror, str(log_path)) from exc
             record.status, record.ended = "failed", time.time()
-            self.run.fail(step, action, None, log_path, what=f"{action.id}: {exc}",
-                          diagnosis=None)
+            self.run.fail(step, action, None, log_path, what=f"{action.id}: {exc}", diagnosis=None)
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
             self.run.fail(step, action, None, log_path, what=str(exc), diagnosis=None)
 
-    def _record_end(self, step: str, action: Action, record: ActionRecord,
-                    result: Result) -> None:
+    def _record_end(self, step: str, action: Action, record: ActionRecord, result: Result) -> None:
         record.status = "done" if result.exit_code == 0 else "failed"
         record.ended, record.exit_code, record.pid = time.time(), result.exit_code, None
         self.run.save()
@@ -140,8 +162,9 @@ class ActionRunner:
         if record is None or record.status != "running" or not record.pid:
             return
         if not _alive(record.pid, action.argv[0]):
-            log.info("%s: the interrupted run's pid %s is gone: running it again", action.id,
-                     record.pid)
+            log.info(
+                "%s: the interrupted run's pid %s is gone: running it again", action.id, record.pid
+            )
             return
         if action.id.endswith(".build"):
             self._end_interrupted_build(action, record.pid)
@@ -150,26 +173,39 @@ class ActionRunner:
 
     def _end_interrupted_build(self, action: Action, pid: int) -> None:
         log.info("%s: the interrupted run's build (pid %s) still runs: ending it", action.id, pid)
-        self.run.emit(Waiting(
-            reason=f"{action.id} from the interrupted run is still running (pid {pid})"
-            " and nothing reads its output any more: ending it (SIGTERM, SIGKILL after "
-            "5s), then building again with the objects it already compiled"))
+        self.run.emit(
+            Waiting(
+                reason=f"{action.id} from the interrupted run is still running (pid {pid})"
+                " and nothing reads its output any more: ending it (SIGTERM, SIGKILL after "
+                "5s), then building again with the objects it already compiled"
+            )
+        )
         with contextlib.suppress(psutil.Error):
             end_process_tree(psutil.Process(pid))
 
     def _wait_interrupted(self, action: Action, record: ActionRecord) -> None:
         pid, limit = record.pid, self.run.req.interrupted_wait
         assert pid is not None
-        log.info("%s: the interrupted run's pid %s still runs: waiting up to %.0fs", action.id,
-                 pid, limit)
-        self.run.emit(Waiting(
-            reason=f"{action.id} from the interrupted run is still running (pid {pid}); "
-            f"waiting up to {limit:.0f}s for it to end before running it again"))
+        log.info(
+            "%s: the interrupted run's pid %s still runs: waiting up to %.0fs",
+            action.id,
+            pid,
+            limit,
+        )
+        self.run.emit(
+            Waiting(
+                reason=f"{action.id} from the interrupted run is still running (pid {pid}); "
+                f"waiting up to {limit:.0f}s for it to end before running it again"
+            )
+        )
         deadline = time.monotonic() + limit
         while _alive(pid, action.argv[0]):
             if time.monotonic() > deadline:
                 self.run.fail(
-                    record.step, action, None, Path(record.log),
+                    record.step,
+                    action,
+                    None,
+                    Path(record.log),
                     what=f"{action.id} of the interrupted run (pid {pid}) was still running "
                     f"after {limit:.0f}s",
                     diagnosis=Diagnosis(
@@ -177,21 +213,39 @@ class ActionRunner:
                         "The run was interrupted while this command ran, and the command went "
                         "on without it; running it again beside it could break what it does.",
                         f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
-                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}"))
+                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}",
+                    ),
+                )
             time.sleep(0.5)
 
     def _dpkg_ready(self, step: str, action: Action, log_path: Path) -> None:
         if dpkg_interrupted(self.run.fs):
-            self.run.fail(step, action, None, log_path, what="dpkg was interrupted earlier",
-                          diagnosis=diagnose(["dpkg was interrupted, you must manually run "
-                                              "'dpkg --configure -a'"], None, str(log_path)))
+            self.run.fail(
+                step,
+                action,
+                None,
+                log_path,
+                what="dpkg was interrupted earlier",
+                diagnosis=diagnose(
+                    ["dpkg was interrupted, you must manually run 'dpkg --configure -a'"],
+                    None,
+                    str(log_path),
+                ),
+            )
         timeout = self.run.req.dpkg_lock_timeout
-        if not wait_for_dpkg(self.run.fs, timeout,
-                             lambda text: self.run.emit(Waiting(reason=text))):
-            self.run.fail(step, action, None, log_path,
-                          what=f"the dpkg lock was still held after {timeout:.0f}s",
-                          diagnosis=diagnose(["Could not get lock /var/lib/dpkg/lock-frontend"],
-                                             None, str(log_path)))
+        if not wait_for_dpkg(
+            self.run.fs, timeout, lambda text: self.run.emit(Waiting(reason=text))
+        ):
+            self.run.fail(
+                step,
+                action,
+                None,
+                log_path,
+                what=f"the dpkg lock was still held after {timeout:.0f}s",
+                diagnosis=diagnose(
+                    ["Could not get lock /var/lib/dpkg/lock-frontend"], None, str(log_path)
+                ),
+            )
 
 
 def _alive(pid: int, program: str) -> bool:

@@ -47,14 +47,42 @@ MAX_PATH = 4096
 # Where a venv or a wheelhouse may never be, nor be inside: the system's own trees and
 # mlsetup's (root writes into a wheelhouse; uv may clear a venv directory).
 SYSTEM_TREES = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
-    "/sbin", "/snap", "/sys", "/usr", "/lost+found",
-    "/var/lib/mlsetup", "/var/log/mlsetup", "/var/cache/mlsetup",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/snap",
+    "/sys",
+    "/usr",
+    "/lost+found",
+    "/var/lib/mlsetup",
+    "/var/log/mlsetup",
+    "/var/cache/mlsetup",
 )
 # Directories that hold other directories: a venv may be inside them, never one of them.
 SHARED_PARENTS = (
-    "/", "/home", "/root", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var", "/var/lib",
-    "/var/log", "/var/cache", "/var/tmp", "/var/opt", "/usr/local",
+    "/",
+    "/home",
+    "/root",
+    "/opt",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/tmp",
+    "/var",
+    "/var/lib",
+    "/var/log",
+    "/var/cache",
+    "/var/tmp",
+    "/var/opt",
+    "/usr/local",
 )
 # /usr/local is for the site's own software (a venv at /usr/local/ml-env is fine), but not its
 # FHS hierarchy or the CUDA toolkits (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch04s09.html)
@@ -147,8 +175,9 @@ class VenvAnswers(_Section):
     )
     user: str = Field("auto", description="auto = $SUDO_USER, else the account running mlsetup")
     lock: str = Field(
-        "", description="a lock file from an earlier run (/var/lib/mlsetup/stack.lock): install "
-        'exactly that stack; "" = resolve one'
+        "",
+        description="a lock file from an earlier run (/var/lib/mlsetup/stack.lock): install "
+        'exactly that stack; "" = resolve one',
     )
 
     @field_validator("python")
@@ -189,7 +218,7 @@ class VenvAnswers(_Section):
 
 def _requirement(item: str) -> str:
     allowed = (
-        "allowed: a PEP 508 requirement such as \"transformers>=4.40\" (a name, extras, "
+        'allowed: a PEP 508 requirement such as "transformers>=4.40" (a name, extras, '
         "a version specifier, a marker; no URL, no option)"
     )
     try:

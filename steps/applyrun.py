@@ -63,8 +63,9 @@ class ApplyRun:
 
     choices: Choices  # the decisions for the step being run, made when it starts
 
-    def __init__(self, fs: RootFS, request: ApplyRequest, emit: EventSink,
-                 runner: Runner | None) -> None:
+    def __init__(
+        self, fs: RootFS, request: ApplyRequest, emit: EventSink, runner: Runner | None
+    ) -> None:
         self.fs = fs
         self.req = request
         self.paths = Paths(fs)
@@ -109,16 +110,41 @@ class ApplyRun:
     ) -> NoReturn:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
         where = f" ({log_path})" if log_path else ""
-        nxt = diagnosis.next if diagnosis else (
-            f"Read the log{where}, fix the cause, then: {RESUME_COMMAND}")
+        nxt = (
+            diagnosis.next
+            if diagnosis
+            else (f"Read the log{where}, fix the cause, then: {RESUME_COMMAND}")
+        )
         self.outcome.failure = Failure(
-            step=step, action=action.id if action else None, exit_code=exit_code,
-            log=str(log_path) if log_path else None, what=what, why=why, next=nxt,
-            diagnosis=diagnosis.id if diagnosis else None, last_output=(tail or [])[-20:])
-        self.emit(Failed(step=step, action=self.outcome.failure.action, exit_code=exit_code,
-                         log=self.outcome.failure.log, what=what, why=why, next=nxt))
-        log.info("failed in %s (action %s, exit %s): %s; diagnosis %s", step,
-                 self.outcome.failure.action, exit_code, what, self.outcome.failure.diagnosis)
+            step=step,
+            action=action.id if action else None,
+            exit_code=exit_code,
+            log=str(log_path) if log_path else None,
+            what=what,
+            why=why,
+            next=nxt,
+            diagnosis=diagnosis.id if diagnosis else None,
+            last_output=(tail or [])[-20:],
+        )
+        self.emit(
+            Failed(
+                step=step,
+                action=self.outcome.failure.action,
+                exit_code=exit_code,
+                log=self.outcome.failure.log,
+                what=what,
+                why=why,
+                next=nxt,
+            )
+        )
+        log.info(
+            "failed in %s (action %s, exit %s): %s; diagnosis %s",
+            step,
+            self.outcome.failure.action,
+            exit_code,
+            what,
+            self.outcome.failure.diagnosis,
+        )
         if self.state is not None:
             self.state.phase = "failed"
         raise Stopped(code, what)

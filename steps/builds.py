@@ -64,15 +64,31 @@ class ExtensionBuilds:
             try:
                 for target in choices.build_targets:
                     name = tree_name(target.answer.name, target.answer.version)
-                    os.close(make_dir(build_fd, name, 0o700, uid=owner.uid if owner else -1,
-                                      gid=owner.gid if owner else -1))
+                    os.close(
+                        make_dir(
+                            build_fd,
+                            name,
+                            0o700,
+                            uid=owner.uid if owner else -1,
+                            gid=owner.gid if owner else -1,
+                        )
+                    )
             finally:
                 os.close(build_fd)
         except OSError as exc:
-            self.run.fail("extensions", None, None, None, diagnosis=None,
-                          what=f"refused to prepare the build tree: {exc}")
-        log.info("build trees ready for %s, owned by %s",
-                 [t.answer.name for t in choices.build_targets], choices.owner.run_as or "root")
+            self.run.fail(
+                "extensions",
+                None,
+                None,
+                None,
+                diagnosis=None,
+                what=f"refused to prepare the build tree: {exc}",
+            )
+        log.info(
+            "build trees ready for %s, owned by %s",
+            [t.answer.name for t in choices.build_targets],
+            choices.owner.run_as or "root",
+        )
 
     def _traversable(self, directory: str) -> int:
         """One of root's own directories, made or checked as only root's and opened; anyone may
@@ -99,11 +115,16 @@ class ExtensionBuilds:
                 return result
             peak = governor.summary().peak_jobs
             ceiling = max(1, peak // 2)
-            log.info("%s: out of memory with %d jobs: retrying with at most %d", action.id,
-                     peak, ceiling)
-            self.run.emit(Notice(text=f"{action.id}: a compile job ran out of memory with "
-                                 f"{peak} jobs; retrying with at most {ceiling} "
-                                 "(objects already compiled are kept)"))
+            log.info(
+                "%s: out of memory with %d jobs: retrying with at most %d", action.id, peak, ceiling
+            )
+            self.run.emit(
+                Notice(
+                    text=f"{action.id}: a compile job ran out of memory with "
+                    f"{peak} jobs; retrying with at most {ceiling} "
+                    "(objects already compiled are kept)"
+                )
+            )
         raise AssertionError("unreachable")
 
     def _governor(self, action: Action, ceiling: int | None) -> Governor:
@@ -128,15 +149,21 @@ class ExtensionBuilds:
             governor.share_with(owner.uid, owner.gid)
         return governor
 
-    def _governed(self, action: Action, log_path: Path, started: Callable[[int], None],
-                  governor: Governor) -> Result:
+    def _governed(
+        self, action: Action, log_path: Path, started: Callable[[int], None], governor: Governor
+    ) -> Result:
         def govern(pid: int) -> None:
             started(pid)
             governor.attach(pid)
 
         with governor:
-            return self.run.runner.run(action, log_path, extra_env=governor.env(),
-                                       on_line=governor.feed_line, on_start=govern)
+            return self.run.runner.run(
+                action,
+                log_path,
+                extra_env=governor.env(),
+                on_line=governor.feed_line,
+                on_start=govern,
+            )
 
     # -- the wheel ----------------------------------------------------------------------------
 
@@ -148,13 +175,23 @@ class ExtensionBuilds:
             log.info("%s: no wheel key for the venv as it is: nothing published", action.id)
             return
         copies, refused = publish(
-            self.run.fs, tree_name(target.answer.name, target.answer.version), key,
-            target.recipe.package, target.answer.version, self.run.req.answers.build.wheelhouse,
-            self.run.choices.owner.run_as)
+            self.run.fs,
+            tree_name(target.answer.name, target.answer.version),
+            key,
+            target.recipe.package,
+            target.answer.version,
+            self.run.req.answers.build.wheelhouse,
+            self.run.choices.owner.run_as,
+        )
         for why in refused:
             self.run.emit(Notice(text=why))
-        log.info("%s: wheel kept at %s; refused %d", action.id, [str(c) for c in copies],
-                 len(refused))
+        log.info(
+            "%s: wheel kept at %s; refused %d", action.id, [str(c) for c in copies], len(refused)
+        )
         if copies:
-            self.run.emit(Notice(text=f"kept the {target.answer.name} wheel for reuse: "
-                                 + ", ".join(str(c.parent) for c in copies)))
+            self.run.emit(
+                Notice(
+                    text=f"kept the {target.answer.name} wheel for reuse: "
+                    + ", ".join(str(c.parent) for c in copies)
+                )
+            )

@@ -48,8 +48,11 @@ class BuildTarget:
     @property
     def arch_value(self) -> str:
         """The arch variable's value ("90;120"), "" when the recipe compiles a fixed list."""
-        return self.recipe.arch_value(self.compute_capabilities) or "" if \
-            self.recipe.arch_variable else ""
+        return (
+            self.recipe.arch_value(self.compute_capabilities) or ""
+            if self.recipe.arch_variable
+            else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,11 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
         requirement = release.requirement
     else:
         requirement = "torch"
-    python, python_system = (lock.python, _has_python(facts, lock.python)) if lock else \
-        choose_python(facts, answers, release)
+    python, python_system = (
+        (lock.python, _has_python(facts, lock.python))
+        if lock
+        else choose_python(facts, answers, release)
+    )
 
     if answers.toolkit.versions == "auto":
         toolkits: tuple[str, ...] = (cuda,) if cuda else ()
@@ -147,8 +153,7 @@ def _has_python(facts: Facts, version: str) -> bool:
     return any(".".join(p.version.split(".")[:2]) == version for p in facts.pythons)
 
 
-def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None
-                  ) -> tuple[str, bool]:
+def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) -> tuple[str, bool]:
     """The venv's Python and whether the machine has it. "auto": the system Python when the
     torch release has wheels for it, else the newest the release has (uv downloads that one)."""
     wanted = answers.venv.python
@@ -157,10 +162,12 @@ def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None
         if supported and wanted not in supported:
             raise InputError(
                 f"venv.python = {wanted!r}: torch {release.series if release else ''} has no "
-                f"wheels for Python {wanted}; allowed: {', '.join(supported)} (or \"auto\")")
+                f'wheels for Python {wanted}; allowed: {", ".join(supported)} (or "auto")'
+            )
         return wanted, _has_python(facts, wanted)
-    system = sorted({".".join(p.version.split(".")[:2]) for p in facts.pythons},
-                    key=Version, reverse=True)
+    system = sorted(
+        {".".join(p.version.split(".")[:2]) for p in facts.pythons}, key=Version, reverse=True
+    )
     for version in system:
         if not supported or version in supported:
             return version, True
@@ -202,21 +209,32 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
         out.append(f"it is for Python {lock.python}; venv.python is {wanted!r}")
     elif wanted == "auto" and not _has_python(facts, lock.python):
         have = ", ".join(p.version for p in facts.pythons) or "none"
-        out.append(f"it is for Python {lock.python}; this machine has {have} (set venv.python "
-                   f'= "{lock.python}" to let uv download it)')
+        out.append(
+            f"it is for Python {lock.python}; this machine has {have} (set venv.python "
+            f'= "{lock.python}" to let uv download it)'
+        )
     if lock.build not in k.torch.build_names:
         out.append(f"its torch build {lock.build!r} is not one mlsetup knows")
         return out
     build = k.torch.build(lock.build)
     bad = [cc for cc in facts.compute_capabilities if not build.runs_on(cc)]
     if bad:
-        out.append(f"its torch {lock.torch} ({lock.build}) has no kernels for compute "
-                   f"capability {', '.join(bad)}")
+        out.append(
+            f"its torch {lock.torch} ({lock.build}) has no kernels for compute "
+            f"capability {', '.join(bad)}"
+        )
     drv = facts.driver
-    if (build.cuda and drv and drv.loaded and answers.driver.action == "skip"
-            and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)):
-        out.append(f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
-                   f"{drv.cuda_max} and driver.action is skip")
+    if (
+        build.cuda
+        and drv
+        and drv.loaded
+        and answers.driver.action == "skip"
+        and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)
+    ):
+        out.append(
+            f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
+            f"{drv.cuda_max} and driver.action is skip"
+        )
     spec = answers.torch.version
     if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
         out.append(f"its torch is {lock.torch}; torch.version is {spec!r}")
@@ -342,7 +360,8 @@ def check_on_machine(choices: Choices, answers: Answers, fs: RootFS | None) -> N
         )
     path = choices.venv_path.rstrip("/")
     reason = unsafe_directory(path) or (
-        f"it is {choices.owner.name}'s home itself" if path == choices.owner.home.rstrip("/")
+        f"it is {choices.owner.name}'s home itself"
+        if path == choices.owner.home.rstrip("/")
         else None
     )
     if reason:
@@ -360,8 +379,11 @@ def _driver_target(
     if cuda and (rel := k.cuda.release(cuda)):
         needed = int(rel.min_driver.split(".")[0])
     # Maxwell, Pascal and Volta: no driver branch after R580 supports them
-    limits = [(g, last) for g in facts.gpus
-              if (last := k.driver.last_branch_for(g.compute_capability)) is not None]
+    limits = [
+        (g, last)
+        for g in facts.gpus
+        if (last := k.driver.last_branch_for(g.compute_capability)) is not None
+    ]
     ceiling = min((last for _, last in limits), default=None)
     if answers.driver.branch == "auto":
         branch = max(k.driver.recommended_branch, needed, k.repo.min_driver_branch)
@@ -379,7 +401,7 @@ def _driver_target(
                 f"driver.branch = {answers.driver.branch!r}: {_gpu_names(limits)} "
                 f"(compute capability below {k.driver.open_modules_min_compute_capability}) "
                 f"{'is' if len(limits) == 1 else 'are'} supported by no driver after branch "
-                f"{ceiling}; allowed: \"auto\" or a branch up to \"{ceiling}\""
+                f'{ceiling}; allowed: "auto" or a branch up to "{ceiling}"'
             )
         if branch < needed:
             warnings.append(
@@ -399,8 +421,11 @@ def _driver_target(
                 "driver.modules is open, but GPUs older than Turing (compute capability < 7.5) "
                 "work only with the proprietary modules."
             )
-        need_open = [g for g in facts.gpus
-                     if k.driver.requires_open_modules(g.compute_capability, g.pci_device_id)]
+        need_open = [
+            g
+            for g in facts.gpus
+            if k.driver.requires_open_modules(g.compute_capability, g.pci_device_id)
+        ]
         if modules == "proprietary" and need_open:
             raise InputError(
                 f'driver.modules = "proprietary": {_gpu_names([(g, 0) for g in need_open])} '

@@ -31,8 +31,9 @@ class DecisionLog:
     """Attaches a root-only file handler to the `mlsetup` loggers for one run's life."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         os.fchmod(fd, 0o600)  # an older file of this run, made under another umask
         self.path = path
         self._handler = _QuietHandler(os.fdopen(fd, "a", encoding="utf-8"))

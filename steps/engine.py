@@ -153,8 +153,9 @@ class Engine:
             return self._finish(stop.code, "failed", stop.summary)
         venv = self.apply_run.choices.venv_path
         return self._finish(
-            EXIT_OK, "done",
-            f"every step is satisfied; use the venv with: source {venv}/bin/activate"
+            EXIT_OK,
+            "done",
+            f"every step is satisfied; use the venv with: source {venv}/bin/activate",
         )
 
     def _start(self) -> None:
@@ -169,15 +170,25 @@ class Engine:
             self._open_logs(self.apply_run.run_id)
             log.info("apply lock %s", self._lock_taken)
             log.info("%s", why)
-        self.emit(RunStarted(run_id=self.apply_run.run_id, pid=os.getpid(),
-                             dry_run=self.req.dry_run, resumed=resumed, ticket=self.req.ticket))
+        self.emit(
+            RunStarted(
+                run_id=self.apply_run.run_id,
+                pid=os.getpid(),
+                dry_run=self.req.dry_run,
+                resumed=resumed,
+                ticket=self.req.ticket,
+            )
+        )
         if not self.req.dry_run and (continued or ended):
             log.info("orphaned governed build: continued %s, ended %s", continued, ended)
-            self.emit(Notice(
-                text="the interrupted run's governed build was left behind: continued "
-                f"{len(continued)} compile job(s) its governor had stopped and ended "
-                f"{len(ended)} process(es) of it; the build starts again, keeping the "
-                "objects already compiled"))
+            self.emit(
+                Notice(
+                    text="the interrupted run's governed build was left behind: continued "
+                    f"{len(continued)} compile job(s) its governor had stopped and ended "
+                    f"{len(ended)} process(es) of it; the build starts again, keeping the "
+                    "objects already compiled"
+                )
+            )
         state = self.apply_run.state
         if state is not None:
             if state.phase == "reboot":
@@ -193,12 +204,22 @@ class Engine:
             self.apply_run.state, resumed = old, True
             why = f"resuming run {old.run_id} (phase {old.phase}): same answers, unfinished"
         else:
-            self.apply_run.state, resumed = State(
-                run_id=new_run_id(), phase="running", answers_toml=self.req.answers_toml,
-                answers_path=self.req.answers_path), False
-            why = ("new run: " + ("no earlier run" if old is None else
-                   f"run {old.run_id} is done" if old.phase == "done" else
-                   f"run {old.run_id} had other answers"))
+            self.apply_run.state, resumed = (
+                State(
+                    run_id=new_run_id(),
+                    phase="running",
+                    answers_toml=self.req.answers_toml,
+                    answers_path=self.req.answers_path,
+                ),
+                False,
+            )
+            why = "new run: " + (
+                "no earlier run"
+                if old is None
+                else f"run {old.run_id} is done"
+                if old.phase == "done"
+                else f"run {old.run_id} had other answers"
+            )
         # What this start was given: `--resume` restored the saved environment into it
         # (app/apply.py), while a new `apply` with the same answers brings the operator's
         # current one (a corrected proxy, say), which the run then keeps.
@@ -233,8 +254,9 @@ class Engine:
             if not step.actions:
                 self.apply_run.fail(step.name, None, None, None, what=step.reason, diagnosis=None)
             log.info("%s: pending (%s): %s", name, step.reason, [a.id for a in step.actions])
-            self.emit(StepStarted(step=name, reason=step.reason,
-                                  actions=[a.id for a in step.actions]))
+            self.emit(
+                StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
+            )
             if name == "extensions" and not self.req.dry_run:
                 self.builds.prepare_build_trees()
             for action in step.actions:
@@ -246,8 +268,11 @@ class Engine:
         state = self.apply_run.state
         if state is not None and state.done(action.id):
             log.info("%s: already done in this run: skipped", action.id)
-            self.emit(ActionFinished(step=step, action=action.id, status="already-done",
-                                     exit_code=0, elapsed=0.0))
+            self.emit(
+                ActionFinished(
+                    step=step, action=action.id, status="already-done", exit_code=0, elapsed=0.0
+                )
+            )
             return
         build = is_build(action)
         result = self.actions.run_action(step, action, self.builds.compile if build else None)
@@ -264,9 +289,14 @@ class Engine:
         after = plan.step(step.name)
         log.info("%s: after its actions: %s (%s)", step.name, after.status, after.reason)
         if after.status != "satisfied":
-            self.apply_run.fail(step.name, None, None, None, diagnosis=None,
-                           what=f"{step.name} is still not satisfied after its actions: "
-                           f"{after.reason}")
+            self.apply_run.fail(
+                step.name,
+                None,
+                None,
+                None,
+                diagnosis=None,
+                what=f"{step.name} is still not satisfied after its actions: {after.reason}",
+            )
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -279,11 +309,26 @@ class Engine:
         diagnosis = no_space(where)
         what = f"no space left on the device to write {where}"
         run.outcome.failure = Failure(
-            step=run.step, action=None, exit_code=None, log=None, what=what, why=diagnosis.why,
-            next=diagnosis.next, diagnosis=diagnosis.id, last_output=[])
+            step=run.step,
+            action=None,
+            exit_code=None,
+            log=None,
+            what=what,
+            why=diagnosis.why,
+            next=diagnosis.next,
+            diagnosis=diagnosis.id,
+            last_output=[],
+        )
         for event in (
-            Failed(step=run.step, action=None, exit_code=None, log=None, what=what,
-                   why=diagnosis.why, next=diagnosis.next),
+            Failed(
+                step=run.step,
+                action=None,
+                exit_code=None,
+                log=None,
+                what=what,
+                why=diagnosis.why,
+                next=diagnosis.next,
+            ),
             Finished(code=EXIT_FAILED, result="failed", summary=what),
         ):
             for sink in self._sinks:
@@ -313,15 +358,27 @@ class Engine:
     def _write_report(self, code: int, result: RunResult) -> None:
         run = self.apply_run
         assert run.state is not None
-        report = make_report(run.state, self.plan, run.lock, run.outcome,
-                             run.paths.log_dir / run.state.run_id, code, result)
+        report = make_report(
+            run.state,
+            self.plan,
+            run.lock,
+            run.outcome,
+            run.paths.log_dir / run.state.run_id,
+            code,
+            result,
+        )
         write_report(run.paths.report, report)
 
 
 def _log_plan(plan: Plan) -> None:
     for step in plan.steps:
-        log.info("plan: %s %s (%s)%s", step.name, step.status, step.reason,
-                 f": {[a.id for a in step.actions]}" if step.actions else "")
+        log.info(
+            "plan: %s %s (%s)%s",
+            step.name,
+            step.status,
+            step.reason,
+            f": {[a.id for a in step.actions]}" if step.actions else "",
+        )
     for warning in plan.warnings:
         log.info("plan warning: %s", warning)
 

@@ -79,13 +79,17 @@ def _render(value: object, depth: int) -> str:
     if isinstance(value, (list, tuple)):
         if depth == 0:
             return "[…]"
-        return "[" + ", ".join(_render(v, depth - 1) for v in value[:8]) + (
-            ", …]" if len(value) > 8 else "]")
+        return (
+            "["
+            + ", ".join(_render(v, depth - 1) for v in value[:8])
+            + (", …]" if len(value) > 8 else "]")
+        )
     if isinstance(value, dict):
         if depth == 0:
             return "{…}"
-        items = [f"{_render(str(k), 0)}: {_render(v, depth - 1)}" for k, v in
-                 list(value.items())[:8]]
+        items = [
+            f"{_render(str(k), 0)}: {_render(v, depth - 1)}" for k, v in list(value.items())[:8]
+        ]
         return "{" + ", ".join(items) + (", …}" if len(value) > 8 else "}")
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"(a number of about {int(value.bit_length() * 0.30103) + 1} digits)"

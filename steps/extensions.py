@@ -66,8 +66,9 @@ def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
     if venv is None or torch is None or venv.python_version is None:
         return None
     python = ".".join(venv.python_version.split(".")[:2])
-    return wheel_key(target.recipe.package, target.answer.version, torch, python,
-                     target.arch_value or "native")
+    return wheel_key(
+        target.recipe.package, target.answer.version, torch, python, target.arch_value or "native"
+    )
 
 
 def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[str, str]]:
@@ -80,30 +81,50 @@ def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[s
     return out
 
 
-def _actions(target: BuildTarget, choices: Choices, venv: VenvState | None,
-             wheels: Mapping[str, str]) -> list[Action]:
+def _actions(
+    target: BuildTarget, choices: Choices, venv: VenvState | None, wheels: Mapping[str, str]
+) -> list[Action]:
     recipe, answer = target.recipe, target.answer
     name, version = answer.name, answer.version
     py, user = choices.venv_python, choices.owner.run_as
     pinned = f"{recipe.package}=={version}"
-    smoke = [Action(id=f"extensions.{name}.smoke", title=f"Try {name} in the venv",
-                    argv=[py, "-c", recipe.smoke_test], user=user)] if recipe.smoke_test else []
+    smoke = (
+        [
+            Action(
+                id=f"extensions.{name}.smoke",
+                title=f"Try {name} in the venv",
+                argv=[py, "-c", recipe.smoke_test],
+                user=user,
+            )
+        ]
+        if recipe.smoke_test
+        else []
+    )
     key = target_key(target, venv)
     if key is not None and key in wheels:
-        return [Action(id=f"extensions.{name}.install-wheel",
-                       title=f"Install {name} {version} from the wheel built earlier ({key})",
-                       argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key],
-                             pinned], user=user), *smoke]
+        return [
+            Action(
+                id=f"extensions.{name}.install-wheel",
+                title=f"Install {name} {version} from the wheel built earlier ({key})",
+                argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key], pinned],
+                user=user,
+            ),
+            *smoke,
+        ]
 
     if answer.source == "wheel":
         return []  # no wheel built earlier, and the answers forbid compiling: see plan()
 
     tree = build_dir(name, version)
     requirement = recipe.requirement_for(version)
-    actions = [Action(id=f"extensions.{name}.prerequisites",
-                      title=f"Install {name}'s build requirements",
-                      argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
-                      user=user)]
+    actions = [
+        Action(
+            id=f"extensions.{name}.prerequisites",
+            title=f"Install {name}'s build requirements",
+            argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
+            user=user,
+        )
+    ]
     if requirement.startswith("/") and not requirement.endswith(ARCHIVES):
         source = requirement  # a source directory of the operator's: built where it is
     else:
@@ -111,32 +132,74 @@ def _actions(target: BuildTarget, choices: Choices, venv: VenvState | None,
         archive = requirement
         if not requirement.startswith("/"):
             archive = f"{tree}/dist"
-            actions.append(Action(
-                id=f"extensions.{name}.source", title=f"Download {name} {version}'s source",
-                # the sdist's metadata step imports torch: no build isolation here either
-                argv=[py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                      "--no-build-isolation", "--dest", archive, requirement], user=user))
-        actions.append(Action(id=f"extensions.{name}.unpack",
-                              title=f"Unpack {name}'s source into {source}",
-                              argv=[py, "-c", UNPACK, archive, source], user=user))
+            actions.append(
+                Action(
+                    id=f"extensions.{name}.source",
+                    title=f"Download {name} {version}'s source",
+                    # the sdist's metadata step imports torch: no build isolation here either
+                    argv=[
+                        py,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--no-binary",
+                        ":all:",
+                        "--no-build-isolation",
+                        "--dest",
+                        archive,
+                        requirement,
+                    ],
+                    user=user,
+                )
+            )
+        actions.append(
+            Action(
+                id=f"extensions.{name}.unpack",
+                title=f"Unpack {name}'s source into {source}",
+                argv=[py, "-c", UNPACK, archive, source],
+                user=user,
+            )
+        )
     actions += [
-        Action(id=f"extensions.{name}.build",
-               title=f"Compile {name} {version} for compute capability "
-                     f"{', '.join(target.compute_capabilities)}",
-               # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
-               argv=[py, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-                     "--wheel-dir", f"{tree}/wheels", source],
-               env=build_env(target, choices), user=user),
-        Action(id=f"extensions.{name}.install", title=f"Install the {name} wheel just built",
-               argv=["uv", "pip", "install", "--python", py, "--find-links", f"{tree}/wheels",
-                     pinned], user=user),
+        Action(
+            id=f"extensions.{name}.build",
+            title=f"Compile {name} {version} for compute capability "
+            f"{', '.join(target.compute_capabilities)}",
+            # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
+            argv=[
+                py,
+                "-m",
+                "pip",
+                "wheel",
+                "-v",
+                "--no-build-isolation",
+                "--no-deps",
+                "--wheel-dir",
+                f"{tree}/wheels",
+                source,
+            ],
+            env=build_env(target, choices),
+            user=user,
+        ),
+        Action(
+            id=f"extensions.{name}.install",
+            title=f"Install the {name} wheel just built",
+            argv=["uv", "pip", "install", "--python", py, "--find-links", f"{tree}/wheels", pinned],
+            user=user,
+        ),
         *smoke,
     ]
     return actions
 
 
-def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None,
-         wheels: Mapping[str, str]) -> Step:
+def plan(
+    facts: Facts,
+    answers: Answers,
+    choices: Choices,
+    venv: VenvState | None,
+    wheels: Mapping[str, str],
+) -> Step:
     if not answers.extensions:
         return satisfied("extensions", "no extensions requested")
     actions: list[Action] = []
@@ -147,10 +210,14 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             continue
         todo = _actions(target, choices, venv, wheels)
         if not todo:
-            return pending("extensions", f"{target.answer.name} {target.answer.version} has "
-                           'source = "wheel" but no wheel was built earlier for this torch, '
-                           "Python and GPUs (machine cache or build.wheelhouse); set source = "
-                           '"auto" to build it', [])
+            return pending(
+                "extensions",
+                f"{target.answer.name} {target.answer.version} has "
+                'source = "wheel" but no wheel was built earlier for this torch, '
+                "Python and GPUs (machine cache or build.wheelhouse); set source = "
+                '"auto" to build it',
+                [],
+            )
         actions += todo
     if not actions:
         if done:
@@ -158,7 +225,9 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         return satisfied("extensions", "nothing to build: see the warnings")
     built = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
     reused = [a.id.split(".")[1] for a in actions if a.id.endswith(".install-wheel")]
-    parts = ([f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
-             if built else []) + ([f"install {', '.join(reused)} from wheels built earlier"]
-                                  if reused else [])
+    parts = (
+        [f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
+        if built
+        else []
+    ) + ([f"install {', '.join(reused)} from wheels built earlier"] if reused else [])
     return pending("extensions", "; ".join(parts), actions)

@@ -42,7 +42,8 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?:\s*\\)?$")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+)?(-r \S+|[A-Za-z0-9][A-Za-z0-9._-]*)\s*$")
 _DEPENDS = re.compile(
     r"(?:all versions of |)([A-Za-z0-9][A-Za-z0-9._-]*?)(?:[=<>!~][^\s]*)? depends? on "
-    r"torch([<>=!~][^\s,]*)")
+    r"torch([<>=!~][^\s,]*)"
+)
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,15 @@ class Lock:
         return self.packages.get("torch", "")
 
     def header(self) -> str:
-        meta = {"schema": LOCK_SCHEMA, "python": self.python, "platform": self.platform,
-                "build": self.build, "key": self.key, "decided_by": list(self.decided_by),
-                "note": self.note}
+        meta = {
+            "schema": LOCK_SCHEMA,
+            "python": self.python,
+            "platform": self.platform,
+            "build": self.build,
+            "key": self.key,
+            "decided_by": list(self.decided_by),
+            "note": self.note,
+        }
         return HEADER + json.dumps(meta, sort_keys=True) + "\n"
 
     def file_text(self) -> str:
@@ -71,9 +78,15 @@ class Lock:
 
     def summary(self) -> dict:
         """The lock as report.json and the plan's reason show it."""
-        return {"torch": self.torch, "build": self.build, "python": self.python,
-                "platform": self.platform, "decided_by": list(self.decided_by),
-                "note": self.note, "packages": dict(sorted(self.packages.items()))}
+        return {
+            "torch": self.torch,
+            "build": self.build,
+            "python": self.python,
+            "platform": self.platform,
+            "decided_by": list(self.decided_by),
+            "note": self.note,
+            "packages": dict(sorted(self.packages.items())),
+        }
 
 
 def parse_pins(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -97,7 +110,7 @@ def load_lock(text: str, origin: str) -> Lock:
     if not first.startswith(HEADER):
         raise InputError(f"{origin}: not an mlsetup lock (its first line must be {HEADER}{{...}})")
     try:
-        meta = json.loads(first[len(HEADER):])
+        meta = json.loads(first[len(HEADER) :])
         if meta.get("schema") != LOCK_SCHEMA:
             raise ValueError(f"schema {meta.get('schema')!r}, allowed: {LOCK_SCHEMA}")
         fields = {k: meta[k] for k in ("python", "platform", "build", "key")}
@@ -107,10 +120,17 @@ def load_lock(text: str, origin: str) -> Lock:
         raise InputError(f"{origin}: the mlsetup-lock header is malformed: {exc}") from None
     pins, _ = parse_pins(body)
     if "torch" not in pins or "--hash=" not in body:
-        raise InputError(f"{origin}: the lock pins no torch or carries no hashes; allowed: a "
-                         "lock written by mlsetup (/var/lib/mlsetup/stack.lock of a host)")
-    return Lock(text=body, packages=pins, decided_by=tuple(meta.get("decided_by") or ()),
-                note=str(meta.get("note") or ""), **fields)
+        raise InputError(
+            f"{origin}: the lock pins no torch or carries no hashes; allowed: a "
+            "lock written by mlsetup (/var/lib/mlsetup/stack.lock of a host)"
+        )
+    return Lock(
+        text=body,
+        packages=pins,
+        decided_by=tuple(meta.get("decided_by") or ()),
+        note=str(meta.get("note") or ""),
+        **fields,
+    )
 
 
 def read_lock_file(path: Path, origin: str) -> Lock:
@@ -179,23 +199,53 @@ def index_secrets(answers: Answers) -> dict[str, str]:
     return split_credentials(answers.torch.index_url)[1]
 
 
-def input_key(reqs: list[str], python: str, platform: str, builds: list[str],
-              answers: Answers) -> str:
-    data = {"requirements": reqs, "python": python, "platform": platform, "builds": builds,
-            "index_url": answers.torch.index_url}
+def input_key(
+    reqs: list[str], python: str, platform: str, builds: list[str], answers: Answers
+) -> str:
+    data = {
+        "requirements": reqs,
+        "python": python,
+        "platform": platform,
+        "builds": builds,
+        "index_url": answers.torch.index_url,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def compile_argv(infile: str, outfile: str, python: str, platform: str, build: str,
-                 answers: Answers) -> list[str]:
-    return ["uv", "pip", "compile", "--no-config", "--generate-hashes", "--no-header",
-            "--no-python-downloads", "--python-version", python, "--python-platform", platform,
-            *index_args(answers, build), "--output-file", outfile, infile]
+def compile_argv(
+    infile: str, outfile: str, python: str, platform: str, build: str, answers: Answers
+) -> list[str]:
+    return [
+        "uv",
+        "pip",
+        "compile",
+        "--no-config",
+        "--generate-hashes",
+        "--no-header",
+        "--no-python-downloads",
+        "--python-version",
+        python,
+        "--python-platform",
+        platform,
+        *index_args(answers, build),
+        "--output-file",
+        outfile,
+        infile,
+    ]
 
 
 def sync_argv(python_bin: str, answers: Answers, build: str) -> list[str]:
-    return ["uv", "pip", "sync", "--python", python_bin, "--no-config", "--require-hashes",
-            *index_args(answers, build), SHARED_LOCK]
+    return [
+        "uv",
+        "pip",
+        "sync",
+        "--python",
+        python_bin,
+        "--no-config",
+        "--require-hashes",
+        *index_args(answers, build),
+        SHARED_LOCK,
+    ]
 
 
 def build_of(torch_version: str, pypi_cuda: str | None) -> str:
@@ -231,10 +281,16 @@ def read_failure(output: list[str]) -> Unsatisfiable:
     for m in _DEPENDS.finditer(text):
         if canonicalize_name(m.group(1)) not in ("torch", "you"):
             break
-    relevant = [line.strip() for line in output if "because" in line.lower()
-                or "no solution" in line.lower() or line.strip().startswith("error")]
-    return Unsatisfiable(m.group(1) if m else None, m.group(2) if m else None,
-                         " ".join(relevant)[-1200:])
+    relevant = [
+        line.strip()
+        for line in output
+        if "because" in line.lower()
+        or "no solution" in line.lower()
+        or line.strip().startswith("error")
+    ]
+    return Unsatisfiable(
+        m.group(1) if m else None, m.group(2) if m else None, " ".join(relevant)[-1200:]
+    )
 
 
 # uv's "no solution" that is really no index: offline, or a package the index does not have
@@ -247,27 +303,41 @@ def no_solution(output: list[str]) -> bool:
     return "No solution found" in text and not any(u in text for u in _UNREACHABLE)
 
 
-def explain(failure: Unsatisfiable, builds: list[str], ccs: list[str], driver: str | None,
-            answers: Answers) -> str:
+def explain(
+    failure: Unsatisfiable, builds: list[str], ccs: list[str], driver: str | None, answers: Answers
+) -> str:
     """The exit-2 message: the package, the torch it requires, why no build tried has it, and
     what would work."""
     tried = ", ".join(builds)
     if failure.package is None:
-        return (f"torch.packages {answers.torch.packages}: uv finds no torch for them with the "
-                f"builds these GPUs and this driver run ({tried}). uv says: {failure.uv_says}")
+        return (
+            f"torch.packages {answers.torch.packages}: uv finds no torch for them with the "
+            f"builds these GPUs and this driver run ({tried}). uv says: {failure.uv_says}"
+        )
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
-        releases = [r for r in knowledge().torch.releases
-                    if r.matches(SpecifierSet(failure.torch_spec or ""))]
+        releases = [
+            r
+            for r in knowledge().torch.releases
+            if r.matches(SpecifierSet(failure.torch_spec or ""))
+        ]
     except InvalidSpecifier:
         releases = []
     shipped = "; ".join(f"torch {r.series} is built for {', '.join(r.builds)}" for r in releases)
-    why = (f"{shipped}, and none of those runs here (GPUs: compute capability "
-           f"{', '.join(ccs) or 'none'}; driver {driver or 'none'}; builds tried: {tried})"
-           if shipped else f"no build tried ({tried}) has such a torch on the index")
-    cuda_hint = (f' or torch.cuda = "{releases[0].builds[-1]}" if the GPUs and driver run it'
-                 if releases else "")
-    return (f"torch.packages: {failure.package} requires torch{failure.torch_spec}, which cannot "
-            f"be installed here: {why}. What would: a release of {failure.package} that allows "
-            f"a torch built for {builds[0] if builds else 'these GPUs'}{cuda_hint}.")
+    why = (
+        f"{shipped}, and none of those runs here (GPUs: compute capability "
+        f"{', '.join(ccs) or 'none'}; driver {driver or 'none'}; builds tried: {tried})"
+        if shipped
+        else f"no build tried ({tried}) has such a torch on the index"
+    )
+    cuda_hint = (
+        f' or torch.cuda = "{releases[0].builds[-1]}" if the GPUs and driver run it'
+        if releases
+        else ""
+    )
+    return (
+        f"torch.packages: {failure.package} requires torch{failure.torch_spec}, which cannot "
+        f"be installed here: {why}. What would: a release of {failure.package} that allows "
+        f"a torch built for {builds[0] if builds else 'these GPUs'}{cuda_hint}."
+    )

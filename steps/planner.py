@@ -22,9 +22,14 @@ from steps.venvstate import VenvState, probe_venv
 from steps.wheels import find_wheels
 
 
-def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
-              wheels: Mapping[str, str] | None = None, lock: Lock | None = None,
-              notes: tuple[str, ...] = ()) -> Plan:
+def make_plan(
+    facts: Facts,
+    answers: Answers,
+    venv: VenvState | None = None,
+    wheels: Mapping[str, str] | None = None,
+    lock: Lock | None = None,
+    notes: tuple[str, ...] = (),
+) -> Plan:
     """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
     earlier (steps.wheels.find_wheels). Both None for a machine that is not this one. `lock`:
     the resolved stack whose torch every step follows; None plans from knowledge."""
@@ -37,8 +42,9 @@ def make_plan(facts: Facts, answers: Answers, venv: VenvState | None = None,
         extensions.plan(facts, answers, choices, venv, wheels or {}),
     ]
     steps = _share_repo_setup(steps)
-    return Plan(warnings=[*notes, *choices.warnings], steps=steps,
-                lock=lock.summary() if lock else None)
+    return Plan(
+        warnings=[*notes, *choices.warnings], steps=steps, lock=lock.summary() if lock else None
+    )
 
 
 def _share_repo_setup(steps: list[Step]) -> list[Step]:
@@ -52,8 +58,9 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
     return out
 
 
-def observe_and_plan(fs: RootFS, answers: Answers, lock: Lock | None = None,
-                     resolve: bool = False) -> tuple[Facts, Plan]:
+def observe_and_plan(
+    fs: RootFS, answers: Answers, lock: Lock | None = None, resolve: bool = False
+) -> tuple[Facts, Plan]:
     """Probe this machine (its venv and the wheels built earlier too) and plan for it; with
     `resolve` (mlsetup plan), resolve the stack first when the index can be reached."""
     facts = probe(fs).facts
@@ -64,6 +71,7 @@ def observe_and_plan(fs: RootFS, answers: Answers, lock: Lock | None = None,
     choices = choose(facts, answers, lock)
     check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
-    wheels = find_wheels(fs, answers.build.wheelhouse, wanted_wheels(choices, venv),
-                         choices.owner.run_as)
+    wheels = find_wheels(
+        fs, answers.build.wheelhouse, wanted_wheels(choices, venv), choices.owner.run_as
+    )
     return facts, make_plan(facts, answers, venv, wheels, lock, notes)

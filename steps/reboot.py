@@ -22,12 +22,19 @@ from steps.state import RebootRecord, write_atomic
 log = logging.getLogger("mlsetup.reboot")
 
 REBOOT = Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"])
-ENABLE_UNIT = Action(id="resume-unit.enable", title="Resume mlsetup after the reboot",
-                     argv=["systemctl", "enable", RESUME_UNIT])
-DISABLE_UNIT = Action(id="resume-unit.disable", title="Remove the one-shot resume unit",
-                      argv=["systemctl", "disable", RESUME_UNIT])
-LOAD_DRIVER = Action(id="driver.load", title="Load the NVIDIA kernel module",
-                     argv=["modprobe", "nvidia"])
+ENABLE_UNIT = Action(
+    id="resume-unit.enable",
+    title="Resume mlsetup after the reboot",
+    argv=["systemctl", "enable", RESUME_UNIT],
+)
+DISABLE_UNIT = Action(
+    id="resume-unit.disable",
+    title="Remove the one-shot resume unit",
+    argv=["systemctl", "disable", RESUME_UNIT],
+)
+LOAD_DRIVER = Action(
+    id="driver.load", title="Load the NVIDIA kernel module", argv=["modprobe", "nvidia"]
+)
 
 
 class RebootResume:
@@ -43,44 +50,69 @@ class RebootResume:
     def reboot(self, action: Action, facts: Facts) -> None:
         """`action` needs a reboot: a dry run says so and goes on; a real one pauses here."""
         if self.run.req.dry_run:
-            self.run.emit(RebootNeeded(action=action.id, policy=self._policy,
-                                       next="dry run: the machine would reboot here"))
+            self.run.emit(
+                RebootNeeded(
+                    action=action.id,
+                    policy=self._policy,
+                    next="dry run: the machine would reboot here",
+                )
+            )
             return
         state = self.run.state
         assert state is not None
         state.phase = "reboot"
         state.reboot = RebootRecord(
-            action=action.id, boot_id=facts.boot_id,
-            driver_branch=choose(facts, self.run.req.answers, self.run.lock).driver_branch)
+            action=action.id,
+            boot_id=facts.boot_id,
+            driver_branch=choose(facts, self.run.req.answers, self.run.lock).driver_branch,
+        )
         if self._policy == "auto" and systemd_booted(self.run.fs):
             self._reboot_now(action)
         self.run.save()
-        log.info("%s needs a reboot; policy %s: pausing for the operator", action.id,
-                 self._policy)
-        why = ("systemd is not running here, so nothing resumes by itself: "
-               if self._policy == "auto" else "")
-        self.run.emit(RebootNeeded(action=action.id, policy=self._policy,
-                                   next=f"{why}reboot (sudo reboot), then run: {RESUME_COMMAND}"))
-        raise Stopped(self.finish(EXIT_REBOOT, "reboot",
-                                  "paused: reboot to load the NVIDIA driver, then resume"))
+        log.info("%s needs a reboot; policy %s: pausing for the operator", action.id, self._policy)
+        why = (
+            "systemd is not running here, so nothing resumes by itself: "
+            if self._policy == "auto"
+            else ""
+        )
+        self.run.emit(
+            RebootNeeded(
+                action=action.id,
+                policy=self._policy,
+                next=f"{why}reboot (sudo reboot), then run: {RESUME_COMMAND}",
+            )
+        )
+        raise Stopped(
+            self.finish(
+                EXIT_REBOOT, "reboot", "paused: reboot to load the NVIDIA driver, then resume"
+            )
+        )
 
     def _reboot_now(self, action: Action) -> None:
         assert self.run.state is not None and self.run.state.reboot is not None
-        log.info("%s needs a reboot; policy auto on systemd: installing the resume unit and "
-                 "rebooting", action.id)
+        log.info(
+            "%s needs a reboot; policy auto on systemd: installing the resume unit and rebooting",
+            action.id,
+        )
         self._install_resume_unit()
         self.run.state.reboot.unit_installed = True
         self.run.save()
-        self.run.emit(RebootNeeded(action=action.id, policy=self._policy,
-                                   next="rebooting now; mlsetup resumes by itself after boot "
-                                   "(follow it with: sudo mlsetup attach)"))
+        self.run.emit(
+            RebootNeeded(
+                action=action.id,
+                policy=self._policy,
+                next="rebooting now; mlsetup resumes by itself after boot "
+                "(follow it with: sudo mlsetup attach)",
+            )
+        )
         code = self.finish(EXIT_REBOOT, "reboot", "rebooting to load the NVIDIA driver")
         self.actions.command("reboot", REBOOT)
         raise Stopped(code)
 
     def _install_resume_unit(self) -> None:
-        write_atomic(self.run.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), resume_unit(),
-                     mode=0o644)
+        write_atomic(
+            self.run.fs.path(f"/etc/systemd/system/{RESUME_UNIT}"), resume_unit(), mode=0o644
+        )
         self.actions.command("reboot", ENABLE_UNIT)
 
     def remove_resume_unit(self) -> None:
@@ -99,20 +131,33 @@ class RebootResume:
         record = self.run.state.reboot
         facts = self.run.facts()
         if record.boot_id and facts.boot_id == record.boot_id:
-            log.info("resume: boot id %s is unchanged: the machine has not rebooted",
-                     facts.boot_id)
-            self.run.emit(RebootNeeded(
-                action=record.action, policy=self._policy,
-                next=f"the machine has not rebooted yet: sudo reboot, then {RESUME_COMMAND}"))
+            log.info("resume: boot id %s is unchanged: the machine has not rebooted", facts.boot_id)
+            self.run.emit(
+                RebootNeeded(
+                    action=record.action,
+                    policy=self._policy,
+                    next=f"the machine has not rebooted yet: sudo reboot, then {RESUME_COMMAND}",
+                )
+            )
             raise Stopped(self.finish(EXIT_REBOOT, "reboot", "still waiting for the reboot"))
         if record.driver_branch and not _driver_ok(facts, record.driver_branch):
-            log.info("resume: rebooted, but driver branch %s is not loaded: loading it",
-                     record.driver_branch)
+            log.info(
+                "resume: rebooted, but driver branch %s is not loaded: loading it",
+                record.driver_branch,
+            )
             facts = self._driver_not_loaded(facts, record.driver_branch)
-        log.info("resume: rebooted (boot id %s); driver %s", facts.boot_id,
-                 facts.driver.version if facts.driver else None)
-        self.run.emit(Notice(text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
-                             if facts.driver else "rebooted"))
+        log.info(
+            "resume: rebooted (boot id %s); driver %s",
+            facts.boot_id,
+            facts.driver.version if facts.driver else None,
+        )
+        self.run.emit(
+            Notice(
+                text=f"rebooted; NVIDIA driver {facts.driver.version} is loaded"
+                if facts.driver
+                else "rebooted"
+            )
+        )
 
     def _driver_not_loaded(self, facts: Facts, branch: int) -> Facts:
         """Load the module by hand: the machine as it is then if that worked; otherwise fail
@@ -121,18 +166,28 @@ class RebootResume:
         again = self.run.facts()
         if result is not None and result.exit_code == 0 and _driver_ok(again, branch):
             return again
-        found = (f"driver {facts.driver.version} is loaded"
-                 if facts.driver and facts.driver.loaded else "no NVIDIA driver is loaded")
+        found = (
+            f"driver {facts.driver.version} is loaded"
+            if facts.driver and facts.driver.loaded
+            else "no NVIDIA driver is loaded"
+        )
         log_path = self.run.action_log(LOAD_DRIVER.id)
         tail, code = (result.tail, result.exit_code) if result else ([], None)
         self.run.fail(
-            "driver", LOAD_DRIVER, code, log_path,
+            "driver",
+            LOAD_DRIVER,
+            code,
+            log_path,
             what=f"after the reboot {found}; expected branch {branch}",
-            diagnosis=diagnose(tail, code, str(log_path)) or Diagnosis(
-                "driver-not-loaded", "The kernel did not load the NVIDIA module after the reboot.",
+            diagnosis=diagnose(tail, code, str(log_path))
+            or Diagnosis(
+                "driver-not-loaded",
+                "The kernel did not load the NVIDIA module after the reboot.",
                 "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and `dkms status`; then: "
-                + RESUME_COMMAND),
-            tail=tail)
+                + RESUME_COMMAND,
+            ),
+            tail=tail,
+        )
 
 
 def _driver_ok(facts: Facts, branch: int) -> bool:

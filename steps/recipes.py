@@ -48,11 +48,27 @@ RECIPE_FILE_LIMIT = MiB
 SMOKE_TEST_LIMIT = 64 * 1024
 
 # Variables the build environment sets itself or that change what runs: a recipe may not name them.
-RESERVED_VARIABLES = frozenset({
-    "PATH", "CUDA_HOME", "MAX_JOBS", "MAKEFLAGS", "PYTORCH_NVCC", "HOME", "USER", "LOGNAME",
-    "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "BASH_ENV",
-    "ENV", "IFS", "SHELL",
-})
+RESERVED_VARIABLES = frozenset(
+    {
+        "PATH",
+        "CUDA_HOME",
+        "MAX_JOBS",
+        "MAKEFLAGS",
+        "PYTORCH_NVCC",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "SHELL",
+    }
+)
 
 PackageName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
@@ -69,7 +85,7 @@ def _variable(value: str) -> str:
     if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or value in RESERVED_VARIABLES):
         raise ValueError(
             "allowed: an environment variable name (A-Z, 0-9, _) that the build does not set "
-            f"itself (not {', '.join(sorted(RESERVED_VARIABLES))}), or \"\""
+            f'itself (not {", ".join(sorted(RESERVED_VARIABLES))}), or ""'
         )
     return value
 
@@ -79,7 +95,7 @@ def _requirement(value: str) -> str:
     try:
         req = Requirement(value)
     except InvalidRequirement:
-        raise ValueError("allowed: a requirement such as \"ninja\" or \"packaging>=24\"") from None
+        raise ValueError('allowed: a requirement such as "ninja" or "packaging>=24"') from None
     if req.url or value.lstrip().startswith("-"):
         raise ValueError("allowed: a requirement from the package index (no URL, no option)")
     return value
@@ -89,7 +105,7 @@ def _specifier(value: str) -> str:
     try:
         SpecifierSet(value)
     except InvalidSpecifier:
-        raise ValueError("allowed: a PEP 440 specifier such as \">=2.3.2\" or \"<13\"") from None
+        raise ValueError('allowed: a PEP 440 specifier such as ">=2.3.2" or "<13"') from None
     return value
 
 
@@ -142,8 +158,11 @@ class RecipeModel(_Overridable):
     prebuilt_cuda_majors: list[Digits]
     requirement: str = "{package}=={version}"
     smoke_test: Annotated[str, StringConstraints(max_length=SMOKE_TEST_LIMIT)] = ""
-    checked: str = Field("", description="the newest release whose setup.py this recipe was "
-                         "checked against (tools/refresh_knowledge.py reports newer ones)")
+    checked: str = Field(
+        "",
+        description="the newest release whose setup.py this recipe was "
+        "checked against (tools/refresh_knowledge.py reports newer ones)",
+    )
     variant: list[VariantModel] = Field(default_factory=list)
 
     @field_validator("checked")
@@ -153,7 +172,7 @@ class RecipeModel(_Overridable):
             try:
                 Version(v)
             except InvalidVersion:
-                raise ValueError("allowed: a release version such as \"2.8.3\", or \"\"") from None
+                raise ValueError('allowed: a release version such as "2.8.3", or ""') from None
         return v
 
     @field_validator("force_build_variable")
@@ -165,10 +184,10 @@ class RecipeModel(_Overridable):
     @classmethod
     def _requirement_template(cls, v: str) -> str:
         if any(c in v for c in "\0\n\r") or v.startswith("-"):
-            raise ValueError("allowed: \"{package}=={version}\" or an absolute path")
+            raise ValueError('allowed: "{package}=={version}" or an absolute path')
         if v.startswith("/"):
             if ".." in Path(v).parts:
-                raise ValueError("allowed: an absolute path without \"..\"")
+                raise ValueError('allowed: an absolute path without ".."')
             return v
         try:
             _requirement(v.format(package="pkg", version="1.0"))
@@ -270,8 +289,11 @@ class ExtensionRecipe:
 def _recipe(name: str, model: RecipeModel) -> ExtensionRecipe:
     data = model.model_dump(exclude={"variant"})
     variants = tuple(
-        Variant(v.versions, v.nvcc, _tuples(v.model_dump(exclude={"versions", "nvcc"},
-                                                        exclude_none=True)))
+        Variant(
+            v.versions,
+            v.nvcc,
+            _tuples(v.model_dump(exclude={"versions", "nvcc"}, exclude_none=True)),
+        )
         for v in model.variant
     )
     return ExtensionRecipe(name=name, variants=variants, **_tuples(data))

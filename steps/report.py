@@ -30,17 +30,21 @@ class _Strict(BaseModel):
 class Failure(_Strict):
     """Why the run stopped: the same what / why / next the console and the TUI showed."""
 
-    step: str = Field(description="the step that failed (driver, toolkit, venv, extensions; "
-                      "start when nothing had begun)")
-    action: str | None = Field(description="the action that failed, or null (a check between "
-                               "actions)")
+    step: str = Field(
+        description="the step that failed (driver, toolkit, venv, extensions; "
+        "start when nothing had begun)"
+    )
+    action: str | None = Field(
+        description="the action that failed, or null (a check between actions)"
+    )
     exit_code: int | None = Field(description="its exit code, null if it did not run or end")
     log: str | None = Field(description="the action's log file")
     what: str = Field(description="what happened")
     why: str = Field(description="why, as the diagnosis knows it")
     next: str = Field(description="the command or fix to do next")
-    diagnosis: str | None = Field(description="id of the recognised failure "
-                                  "(assets/diagnoses.toml), null if none")
+    diagnosis: str | None = Field(
+        description="id of the recognised failure (assets/diagnoses.toml), null if none"
+    )
     last_output: list[str] = Field(description="the action's last output lines (at most 20)")
 
 
@@ -49,7 +53,8 @@ class ActionReport(_Strict):
 
     id: str = Field(description="the plan's action id, e.g. toolkit.install-13.0")
     status: Literal["pending", "running", "done", "failed"] = Field(
-        description="pending: not run yet in this run (then only id and status are present)")
+        description="pending: not run yet in this run (then only id and status are present)"
+    )
     started: float | None = Field(default=None, description="unix time it started")
     ended: float | None = Field(default=None, description="unix time it ended")
     exit_code: int | None = Field(default=None, description="its exit code, null while running")
@@ -64,7 +69,8 @@ class ActionReport(_Strict):
 class StepReport(_Strict):
     name: Literal["driver", "toolkit", "venv", "extensions"]
     status: Literal["pending", "satisfied"] = Field(
-        description="as the latest plan of this invocation found it")
+        description="as the latest plan of this invocation found it"
+    )
     reason: str = Field(description="why it is satisfied, or what its actions will do")
     actions: list[ActionReport] = Field(description="its actions, in order")
 
@@ -86,27 +92,32 @@ class LockReport(_Strict):
 class Smoke(_Strict):
     stack: dict[str, Any] | None = Field(
         description="the stack smoke test's result (assets/smoke_stack.py: ok, torch, cuda, "
-        "gpus, backend, ranks, summary), null when it did not run in this invocation")
+        "gpus, backend, ranks, summary), null when it did not run in this invocation"
+    )
 
 
 class Report(_Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    schema_: Literal["mlsetup.report/1"] = Field(alias="schema", default=REPORT_SCHEMA,
-                                                 description="this format")
+    schema_: Literal["mlsetup.report/1"] = Field(
+        alias="schema", default=REPORT_SCHEMA, description="this format"
+    )
     run_id: str = Field(description="the run (its log directory's name); a resumed run keeps it")
     result: RunResult = Field(description="how this invocation ended")
-    code: int = Field(description="the exit code: 0 done, 1 failed, 2 invalid input, "
-                      "10 paused for a reboot")
+    code: int = Field(
+        description="the exit code: 0 done, 1 failed, 2 invalid input, 10 paused for a reboot"
+    )
     changed: bool = Field(description="this invocation ran an action")
     ran: list[str] = Field(description="the actions this invocation ran, in order")
     failure: Failure | None = Field(description="why the run stopped; null unless it failed")
     steps: list[StepReport] = Field(description="the plan's steps, in order")
-    lock: LockReport | None = Field(description="null before a stack was settled, or when "
-                                    "an offline venv was kept unlocked")
+    lock: LockReport | None = Field(
+        description="null before a stack was settled, or when an offline venv was kept unlocked"
+    )
     smoke: Smoke = Field(description="the smoke tests' results")
-    log_dir: str = Field(description="this run's logs: events.jsonl, one log per action, "
-                         "decisions.log")
+    log_dir: str = Field(
+        description="this run's logs: events.jsonl, one log per action, decisions.log"
+    )
     time: float = Field(description="unix time the report was written")
 
     def to_json(self) -> str:
@@ -124,23 +135,34 @@ class Outcome:
 
 
 def make_report(
-    state: State, plan: Plan | None, lock: Lock | None, outcome: Outcome, log_dir: Path,
-    code: int, result: RunResult,
+    state: State,
+    plan: Plan | None,
+    lock: Lock | None,
+    outcome: Outcome,
+    log_dir: Path,
+    code: int,
+    result: RunResult,
 ) -> Report:
     return Report(
-        run_id=state.run_id, result=result, code=code, changed=outcome.changed,
-        ran=list(outcome.ran), failure=outcome.failure,
+        run_id=state.run_id,
+        result=result,
+        code=code,
+        changed=outcome.changed,
+        ran=list(outcome.ran),
+        failure=outcome.failure,
         steps=[_step(step, state) for step in plan.steps] if plan else [],
-        lock=LockReport(**lock.summary(), file=STATE_LOCK, text=lock.file_text())
-        if lock else None,
-        smoke=Smoke(stack=outcome.smoke), log_dir=str(log_dir), time=time.time(),
+        lock=LockReport(**lock.summary(), file=STATE_LOCK, text=lock.file_text()) if lock else None,
+        smoke=Smoke(stack=outcome.smoke),
+        log_dir=str(log_dir),
+        time=time.time(),
     )
 
 
 def _step(step: Step, state: State) -> StepReport:
     actions = [
         ActionReport(id=a.id, **state.actions[a.id].model_dump(exclude={"pid", "step"}))
-        if a.id in state.actions else ActionReport(id=a.id, status="pending")
+        if a.id in state.actions
+        else ActionReport(id=a.id, status="pending")
         for a in step.actions
     ]
     return StepReport(name=step.name, status=step.status, reason=step.reason, actions=actions)

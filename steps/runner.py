@@ -123,8 +123,10 @@ class Runner:
             if account is None:
                 raise RunnerError(f"account {action.user!r} does not exist on this machine")
         argv = [self.resolve(action.argv[0]), *(self.fs.localize(a) for a in action.argv[1:])]
-        env = {k: self.fs.localize(v)
-               for k, v in {**self.environment(action, account), **(extra_env or {})}.items()}
+        env = {
+            k: self.fs.localize(v)
+            for k, v in {**self.environment(action, account), **(extra_env or {})}.items()
+        }
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         start = time.monotonic()

@@ -81,8 +81,9 @@ def _regular_file(name: str, value: str | None) -> Path | None:
     return _existing(name, value, stat.S_ISREG, "a regular file")
 
 
-def _existing(name: str, value: str | None, is_kind: Callable[[int], bool],
-              allowed: str) -> Path | None:
+def _existing(
+    name: str, value: str | None, is_kind: Callable[[int], bool], allowed: str
+) -> Path | None:
     if value is None:
         return None
     path = _absolute(name, value)

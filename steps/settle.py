@@ -41,34 +41,61 @@ class StackSettler:
         try:
             self.run.lock = self._settle_lock(facts)
         except InputError as exc:
-            self.run.fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
-                "stack-unsatisfiable", "No torch satisfies the answers' packages on this machine.",
-                "Change torch.packages or torch.cuda as the message says, then run the apply "
-                "again."), code=EXIT_INPUT)
+            self.run.fail(
+                "venv",
+                None,
+                None,
+                None,
+                what=str(exc),
+                diagnosis=Diagnosis(
+                    "stack-unsatisfiable",
+                    "No torch satisfies the answers' packages on this machine.",
+                    "Change torch.packages or torch.cuda as the message says, then run the apply "
+                    "again.",
+                ),
+                code=EXIT_INPUT,
+            )
         except StackUnavailable as exc:
             self._unavailable(exc, facts)
             return
         lock = self.run.lock
         if lock is None:
             log.info("stack lock: none in a dry run; planning from knowledge")
-            self.run.emit(Notice(text="dry run: the stack is resolved at apply; planning from "
-                                      "mlsetup's knowledge"))
+            self.run.emit(
+                Notice(
+                    text="dry run: the stack is resolved at apply; planning from "
+                    "mlsetup's knowledge"
+                )
+            )
             return
-        log.info("stack lock: torch %s (%s), Python %s, decided by %s; %d packages", lock.torch,
-                 lock.build, lock.python, ", ".join(lock.decided_by), len(lock.packages))
-        self.run.emit(Notice(text=f"stack lock: torch {lock.torch} ({lock.build}) for "
-                                  f"Python {lock.python}, decided by "
-                                  f"{', '.join(lock.decided_by)}; "
-                                  f"{len(lock.packages)} packages pinned with hashes"))
+        log.info(
+            "stack lock: torch %s (%s), Python %s, decided by %s; %d packages",
+            lock.torch,
+            lock.build,
+            lock.python,
+            ", ".join(lock.decided_by),
+            len(lock.packages),
+        )
+        self.run.emit(
+            Notice(
+                text=f"stack lock: torch {lock.torch} ({lock.build}) for "
+                f"Python {lock.python}, decided by "
+                f"{', '.join(lock.decided_by)}; "
+                f"{len(lock.packages)} packages pinned with hashes"
+            )
+        )
         if not self.run.req.dry_run:
             self._keep_lock(lock)
 
     def _settle_lock(self, facts: Facts) -> Lock | None:
         resolving = not self.run.req.dry_run and self.run.state is not None
         return settle_lock(
-            self.run.fs, facts, self.run.req.answers,
+            self.run.fs,
+            facts,
+            self.run.req.answers,
             (lambda action: self.actions.command("venv", action)) if resolving else None,
-            self.run.paths.state_dir / "resolve" if resolving else None)
+            self.run.paths.state_dir / "resolve" if resolving else None,
+        )
 
     def _unavailable(self, exc: StackUnavailable, facts: Facts) -> None:
         """No index to resolve from: keep a venv that already satisfies the answers (an image
@@ -76,15 +103,29 @@ class StackSettler:
         choices = choose(facts, self.run.req.answers)
         venv = probe_venv(self.run.fs, choices.venv_path)
         if venv_unlocked_ok(venv, self.run.req.answers, choices):
-            log.info("stack lock: unavailable (%s); the venv satisfies the answers: kept "
-                     "unlocked", exc)
-            self.run.emit(Notice(text=f"{exc}; the venv already holds a torch and packages "
-                                      "that satisfy the answers: kept as it is, unlocked"))
+            log.info(
+                "stack lock: unavailable (%s); the venv satisfies the answers: kept unlocked", exc
+            )
+            self.run.emit(
+                Notice(
+                    text=f"{exc}; the venv already holds a torch and packages "
+                    "that satisfy the answers: kept as it is, unlocked"
+                )
+            )
             return
-        self.run.fail("venv", None, None, None, what=str(exc), diagnosis=Diagnosis(
-            "index-unreachable", "uv could not reach the package index to resolve the stack.",
-            "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
-            f"torch.index_url), then: {RESUME_COMMAND}"))
+        self.run.fail(
+            "venv",
+            None,
+            None,
+            None,
+            what=str(exc),
+            diagnosis=Diagnosis(
+                "index-unreachable",
+                "uv could not reach the package index to resolve the stack.",
+                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
+                f"torch.index_url), then: {RESUME_COMMAND}",
+            ),
+        )
 
     def _keep_lock(self, lock: Lock) -> None:
         """Root's copy in /var/lib/mlsetup; the copy the venv's owner syncs from and the smoke
@@ -98,14 +139,13 @@ class StackSettler:
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o755)
         write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
-        write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(),
-                     mode=0o644)
+        write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
 
     def smoke_result(self, result: Result) -> None:
         """The stack smoke test's verdict, from its last line, for the report."""
         line = next((x for x in reversed(result.tail) if x.startswith(SMOKE_MARK)), None)
         try:
-            smoke = json.loads(line[len(SMOKE_MARK):]) if line else None
+            smoke = json.loads(line[len(SMOKE_MARK) :]) if line else None
         except ValueError:
             smoke = None
         smoke = smoke if isinstance(smoke, dict) else None  # the report holds an object

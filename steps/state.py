@@ -77,8 +77,7 @@ class CorruptState(InputError):
 
     def __init__(self, path: Path, kept_at: Path | None, why: str) -> None:
         where = (
-            f"moved it to {kept_at}; the next apply starts fresh: "
-            "sudo mlsetup apply --answers FILE"
+            f"moved it to {kept_at}; the next apply starts fresh: sudo mlsetup apply --answers FILE"
             if kept_at
             else f"it could not be moved aside either: move it away yourself (sudo mv {path} "
             f"{path}.bad), then: sudo mlsetup apply --answers FILE"

@@ -63,20 +63,27 @@ def stack_inputs(facts: Facts, answers: Answers) -> tuple[list[str], str, str, l
     reqs = requirements(answers, build_requires)
     platform = platform_for(facts.os.arch if facts.os else None)
     builds = builds_to_try(facts, answers)
-    return reqs, base.python, platform, builds, input_key(reqs, base.python, platform, builds,
-                                                          answers)
+    return (
+        reqs,
+        base.python,
+        platform,
+        builds,
+        input_key(reqs, base.python, platform, builds, answers),
+    )
 
 
-def settle_lock(fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None,
-                workdir: Path | None) -> Lock | None:
+def settle_lock(
+    fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None, workdir: Path | None
+) -> Lock | None:
     """The run's lock: `venv.lock` (checked against this machine), the saved one when these
     inputs made it, else a new resolution (`run` None or no `workdir`: None, plan from
     knowledge). InputError when no torch satisfies the packages here."""
     if answers.venv.lock:
         lock = read_lock_file(fs.path(answers.venv.lock), f"venv.lock {answers.venv.lock!r}")
         if problems := lock_problems(facts, answers, lock):
-            raise InputError(f"venv.lock {answers.venv.lock!r} does not fit this machine: "
-                             + "; ".join(problems))
+            raise InputError(
+                f"venv.lock {answers.venv.lock!r} does not fit this machine: " + "; ".join(problems)
+            )
         return lock
     reqs, python, platform, builds, key = stack_inputs(facts, answers)
     saved = fs.read_text(STATE_LOCK)
@@ -93,8 +100,13 @@ def settle_lock(fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | No
     return resolve(facts, answers, run, workdir, (reqs, python, platform, builds, key))
 
 
-def resolve(facts: Facts, answers: Answers, run: RunCommand, workdir: Path,
-            inputs: tuple[list[str], str, str, list[str], str]) -> Lock:
+def resolve(
+    facts: Facts,
+    answers: Answers,
+    run: RunCommand,
+    workdir: Path,
+    inputs: tuple[list[str], str, str, list[str], str],
+) -> Lock:
     """uv pip compile with each build in turn (best first) until one satisfies everything."""
     reqs, python, platform, builds, key = inputs
     if answers.torch.index_url != "auto" and "{build}" not in answers.torch.index_url:
@@ -106,9 +118,11 @@ def resolve(facts: Facts, answers: Answers, run: RunCommand, workdir: Path,
     for build in builds:
         out = workdir / f"lock-{build}.txt"
         out.unlink(missing_ok=True)
-        action = Action(id=f"venv.resolve-{build}",
-                        title=f"Resolve torch, the packages and the build requirements ({build})",
-                        argv=compile_argv(str(infile), str(out), python, platform, build, answers))
+        action = Action(
+            id=f"venv.resolve-{build}",
+            title=f"Resolve torch, the packages and the build requirements ({build})",
+            argv=compile_argv(str(infile), str(out), python, platform, build, answers),
+        )
         result = run(action)
         if result is None:
             raise StackUnavailable("uv could not be started to resolve the stack")
@@ -119,15 +133,23 @@ def resolve(facts: Facts, answers: Answers, run: RunCommand, workdir: Path,
         if not no_solution(result.tail):
             raise StackUnavailable(
                 f"uv could not resolve the stack with the {build} build (exit "
-                f"{result.exit_code}): {' '.join(result.tail[-4:])}")
+                f"{result.exit_code}): {' '.join(result.tail[-4:])}"
+            )
         failures.append(read_failure(result.tail))
     failure = next((f for f in failures if f.package), failures[0])
     driver = facts.driver.version if facts.driver else None
     raise InputError(explain(failure, builds, facts.compute_capabilities, driver, answers))
 
 
-def _lock_from(text: str, facts: Facts, answers: Answers, python: str, platform: str, key: str,
-               builds: list[str]) -> Lock:
+def _lock_from(
+    text: str,
+    facts: Facts,
+    answers: Answers,
+    python: str,
+    platform: str,
+    key: str,
+    builds: list[str],
+) -> Lock:
     pins, via = parse_pins(text)
     if "torch" not in pins:
         raise StackUnavailable("uv's lock has no torch in it")
@@ -135,15 +157,27 @@ def _lock_from(text: str, facts: Facts, answers: Answers, python: str, platform:
     decided = decided_by(via, answers)
     note = ""
     if build != builds[0]:
-        note = (f"the {builds[0]} build has no torch that {', '.join(decided)} allow; "
-                f"{build} has torch {pins['torch']}")
-    lock = Lock(text=text, python=python, platform=platform, build=build, key=key,
-                decided_by=decided, note=note, packages=pins)
+        note = (
+            f"the {builds[0]} build has no torch that {', '.join(decided)} allow; "
+            f"{build} has torch {pins['torch']}"
+        )
+    lock = Lock(
+        text=text,
+        python=python,
+        platform=platform,
+        build=build,
+        key=key,
+        decided_by=decided,
+        note=note,
+        packages=pins,
+    )
     # e.g. PyPI's plain torch, whose CUDA these GPUs or this driver cannot run
     problems = [p for p in lock_problems(facts, answers, lock) if "Python" not in p]
     if problems:
-        raise InputError(f"torch.packages {answers.torch.packages}: the stack uv resolved "
-                         f"cannot run here: {'; '.join(problems)}")
+        raise InputError(
+            f"torch.packages {answers.torch.packages}: the stack uv resolved "
+            f"cannot run here: {'; '.join(problems)}"
+        )
     return lock
 
 
@@ -156,8 +190,9 @@ def lock_for_plan(fs: RootFS, facts: Facts, answers: Answers) -> tuple[Lock | No
 
         def run(action: Action) -> Result | None:
             try:
-                return Runner(fs, drop).run(action, logs / f"{action.id}.log",
-                                            extra_env=index_secrets(answers))
+                return Runner(fs, drop).run(
+                    action, logs / f"{action.id}.log", extra_env=index_secrets(answers)
+                )
             except RunnerError:
                 return None
 
@@ -191,7 +226,8 @@ def unlocked_ok(venv: VenvState | None, answers: Answers, choices: Choices) -> b
         return False
     build_ok = (version.local or "") == choices.torch_build or (
         # Linux wheels from PyPI carry no local tag and are built with the default CUDA.
-        not version.local and choices.torch_build != "cpu" and venv.torch_cuda == choices.cuda)
+        not version.local and choices.torch_build != "cpu" and venv.torch_cuda == choices.cuda
+    )
     for spec in answers.torch.packages:
         req = Requirement(spec)
         have = venv.version_of(req.name)
@@ -202,8 +238,11 @@ def unlocked_ok(venv: VenvState | None, answers: Answers, choices: Choices) -> b
 
 def lock_missing(venv: VenvState | None, lock: Lock) -> list[str]:
     """The lock's pins the venv does not hold at exactly that version."""
-    return [f"{name}=={version}" for name, version in lock.packages.items()
-            if not venv or not _same(venv.version_of(name), version)]
+    return [
+        f"{name}=={version}"
+        for name, version in lock.packages.items()
+        if not venv or not _same(venv.version_of(name), version)
+    ]
 
 
 def stack_text(lock: Lock) -> str:
@@ -217,56 +256,85 @@ def stack_text(lock: Lock) -> str:
 def _create(choices: Choices) -> Action:
     python = choices.python
     if choices.python_system:
-        return Action(id="venv.create",
-                      title=f"Create a Python {python} venv at {choices.venv_path} "
-                      "(the system's Python)",
-                      argv=["uv", "venv", "--python", python, "--python-preference",
-                            "only-system", choices.venv_path], user=choices.owner.run_as)
-    return Action(id="venv.create",
-                  title=f"Create a Python {python} venv at {choices.venv_path} (uv downloads "
-                  f"CPython {python}: the system has none the torch release supports)",
-                  argv=["uv", "venv", "--python", python, choices.venv_path],
-                  user=choices.owner.run_as)
+        return Action(
+            id="venv.create",
+            title=f"Create a Python {python} venv at {choices.venv_path} (the system's Python)",
+            argv=[
+                "uv",
+                "venv",
+                "--python",
+                python,
+                "--python-preference",
+                "only-system",
+                choices.venv_path,
+            ],
+            user=choices.owner.run_as,
+        )
+    return Action(
+        id="venv.create",
+        title=f"Create a Python {python} venv at {choices.venv_path} (uv downloads "
+        f"CPython {python}: the system has none the torch release supports)",
+        argv=["uv", "venv", "--python", python, choices.venv_path],
+        user=choices.owner.run_as,
+    )
 
 
 def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
-    return Action(id="venv.smoke",
-                  title=f"Smoke-test torch {torch or '(as resolved)'} "
-                  f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
-                  argv=[choices.venv_python, SMOKE_SCRIPT, "--torch", torch, "--gpus",
-                        str(gpus)], user=choices.owner.run_as)
+    return Action(
+        id="venv.smoke",
+        title=f"Smoke-test torch {torch or '(as resolved)'} "
+        f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
+        argv=[choices.venv_python, SMOKE_SCRIPT, "--torch", torch, "--gpus", str(gpus)],
+        user=choices.owner.run_as,
+    )
 
 
 def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Step:
     path, lock = choices.venv_path, choices.lock
     if lock is None and unlocked_ok(venv, answers, choices):
         have = venv.version_of("torch") if venv else None
-        return satisfied("venv", f"{path} has torch {have} and every requested package (not "
-                         "locked: no index to resolve against)")
+        return satisfied(
+            "venv",
+            f"{path} has torch {have} and every requested package (not "
+            "locked: no index to resolve against)",
+        )
     if lock is None:  # plan --facts, an offline plan, a dry run: no lock yet
         actions = ([_create(choices)] if venv is None else []) + [
-            Action(id="venv.sync", title="Install the stack uv resolves at apply, in one step",
-                   argv=sync_argv(choices.venv_python, answers, choices.torch_build),
-                   user=choices.owner.run_as),
+            Action(
+                id="venv.sync",
+                title="Install the stack uv resolves at apply, in one step",
+                argv=sync_argv(choices.venv_python, answers, choices.torch_build),
+                user=choices.owner.run_as,
+            ),
             smoke_action(facts, choices, ""),
         ]
-        return pending("venv", f"the resolution happens at apply (uv, {choices.torch_build} "
-                       f"build first); planned from knowledge: {choices.torch_requirement} "
-                       f"and {', '.join(answers.torch.packages) or 'no other packages'}",
-                       actions)
+        return pending(
+            "venv",
+            f"the resolution happens at apply (uv, {choices.torch_build} "
+            f"build first); planned from knowledge: {choices.torch_requirement} "
+            f"and {', '.join(answers.torch.packages) or 'no other packages'}",
+            actions,
+        )
     have = venv.python_version if venv else None
     if have and ".".join(have.split(".")[:2]) != lock.python:
-        return pending("venv", f"{path} has Python {have}, but the lock is for Python "
-                       f"{lock.python}: move that venv away or set venv.path to a new one", [])
+        return pending(
+            "venv",
+            f"{path} has Python {have}, but the lock is for Python "
+            f"{lock.python}: move that venv away or set venv.path to a new one",
+            [],
+        )
     missing = lock_missing(venv, lock)
     if venv is not None and not missing:
         return satisfied("venv", f"{path} holds the locked stack: {stack_text(lock)}")
     actions = [] if venv is not None else [_create(choices)]
     actions += [
-        Action(id="venv.sync", title=f"Install the locked stack in one step: {stack_text(lock)}",
-               argv=sync_argv(choices.venv_python, answers, lock.build),
-               user=choices.owner.run_as),
+        Action(
+            id="venv.sync",
+            title=f"Install the locked stack in one step: {stack_text(lock)}",
+            argv=sync_argv(choices.venv_python, answers, lock.build),
+            user=choices.owner.run_as,
+        ),
         smoke_action(facts, choices, lock.torch),
     ]
     why = f"no venv at {path}" if venv is None else f"{path} lacks {', '.join(missing[:6])}"

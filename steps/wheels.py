@@ -67,8 +67,15 @@ def find_wheels(
     return found
 
 
-def publish(fs: RootFS, tree: str, key: str, package: str, version: str, wheelhouse: str,
-            operator: str | None) -> tuple[list[Path], list[str]]:
+def publish(
+    fs: RootFS,
+    tree: str,
+    key: str,
+    package: str,
+    version: str,
+    wheelhouse: str,
+    operator: str | None,
+) -> tuple[list[Path], list[str]]:
     """Copy the wheel just built (in BUILD_ROOT/`tree`/wheels, written by `operator`, None:
     root) into the machine's cache and the wheelhouse. Returns where it went, and what was
     refused and why."""
@@ -97,8 +104,9 @@ def publish(fs: RootFS, tree: str, key: str, package: str, version: str, wheelho
     return out, refused
 
 
-def _open_built(fs: RootFS, tree: str, package: str, version: str, builder: int,
-                refused: list[str]) -> dict[str, int]:
+def _open_built(
+    fs: RootFS, tree: str, package: str, version: str, builder: int, refused: list[str]
+) -> dict[str, int]:
     """name -> read descriptor of each of the package's wheels in the build tree: regular files
     of the compiling account, reached without following any link it could have planted."""
     where = f"{BUILD_ROOT}/{tree}/wheels"
@@ -125,8 +133,9 @@ def _open_built(fs: RootFS, tree: str, package: str, version: str, builder: int,
     return sources
 
 
-def _copy_all(sources: Mapping[str, int], base: Path, owners: set[int], key: str,
-              out: list[Path]) -> None:
+def _copy_all(
+    sources: Mapping[str, int], base: Path, owners: set[int], key: str, out: list[Path]
+) -> None:
     base_fd = trusted_dir(base, owners)
     try:
         key_fd = trusted_dir(key, owners, dir_fd=base_fd)
@@ -151,8 +160,10 @@ def _has_wheel(base: Path, owners: set[int], key: str, package: str, version: st
     except OSError:  # none there, or one that other accounts could have filled
         return False
     try:
-        return any(_is_wheel_of(name, package, version) and _is_regular(key_fd, name)
-                   for name in os.listdir(key_fd))
+        return any(
+            _is_wheel_of(name, package, version) and _is_regular(key_fd, name)
+            for name in os.listdir(key_fd)
+        )
     finally:
         os.close(key_fd)
 

@@ -27,7 +27,6 @@ def server(uv_binary: Path):
     """A fake server under a world-traversable temporary directory (the venv's owner,
     uid 1000, must reach its home; pytest's own tmp_path is root-only)."""
 
-
     if os.geteuid() != 0:
         pytest.skip("the engine tests run commands as another account: they need root")
     base = Path(tempfile.mkdtemp(prefix="mlsetup-server-", dir="/tmp"))

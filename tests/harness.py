@@ -112,11 +112,20 @@ class FakeServer:
             recipe = (FIXTURES / f"{name}.toml").read_text().replace("@SOURCE@", str(src))
             (self.recipes / f"{name}.toml").write_text(recipe)
 
-    def write_answers(self, policy: str = "ask", extra: str = "",
-                      extension: str = "tinyext", venv: str = "~/ml-env") -> None:
+    def write_answers(
+        self,
+        policy: str = "ask",
+        extra: str = "",
+        extension: str = "tinyext",
+        venv: str = "~/ml-env",
+    ) -> None:
         python = "{}.{}".format(*sys.version_info[:2])
-        self.answers.write_text(ANSWERS.format(python=python, index=self.index, policy=policy,
-                                               extension=extension, venv=venv) + extra)
+        self.answers.write_text(
+            ANSWERS.format(
+                python=python, index=self.index, policy=policy, extension=extension, venv=venv
+            )
+            + extra
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         # this machine's proxy and certificate settings, as an operator's server would have
@@ -174,8 +183,10 @@ class FakeServer:
 
     def commands(self) -> list[str]:
         """Each stand-in call as `cmd last-arg` (a path as the target machine names it)."""
-        return [f"{c['cmd']} {c['args'][-1].removeprefix(str(self.root)) if c['args'] else ''}"
-                .strip() for c in self.calls()]
+        return [
+            f"{c['cmd']} {c['args'][-1].removeprefix(str(self.root)) if c['args'] else ''}".strip()
+            for c in self.calls()
+        ]
 
     def events(self) -> list[Event]:
         path = self.root / "var/log/mlsetup/current/events.jsonl"

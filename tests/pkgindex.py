@@ -40,14 +40,16 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_wheel(directory: Path, name: str, version: str, files: dict[str, str],
-                requires: tuple[str, ...] = ()) -> Path:
+def build_wheel(
+    directory: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> Path:
     """A pure-Python wheel `name-version-py3-none-any.whl` holding `files`, depending on
     `requires` (PEP 508 strings)."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
-        f"Requires-Dist: {r}\n" for r in requires)
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     contents = {
         **{path: text.encode() for path, text in files.items()},
         f"{info}/METADATA": metadata.encode(),
@@ -83,27 +85,43 @@ class PackageIndex:
         """The index for everything but the PyTorch family (UV_DEFAULT_INDEX)."""
         return str(self.root / "pypi")
 
-    def add(self, where: str, name: str, version: str, files: dict[str, str] | None = None,
-            requires: tuple[str, ...] = ()) -> Path:
+    def add(
+        self,
+        where: str,
+        name: str,
+        version: str,
+        files: dict[str, str] | None = None,
+        requires: tuple[str, ...] = (),
+    ) -> Path:
         """A wheel on the `where` index ("pypi" or a build such as "cu128")."""
         project = self.root / where / name
-        wheel = build_wheel(project, name, version, files or {"_" + name.replace("-", "_")
-                                                             + ".py": ""}, requires)
+        wheel = build_wheel(
+            project, name, version, files or {"_" + name.replace("-", "_") + ".py": ""}, requires
+        )
         self._write_project(project)
         self._write_root(where)
         return wheel
 
     def add_torch(self, version: str, build: str, cuda: str | None) -> Path:
         local = f"{version}+{build}"
-        return self.add(build, "torch", local, {
-            "torch/__init__.py": FAKE_TORCH_INIT,
-            "torch/version.py": f"__version__ = '{local}'\ncuda = {cuda!r}\n",
-        })
+        return self.add(
+            build,
+            "torch",
+            local,
+            {
+                "torch/__init__.py": FAKE_TORCH_INIT,
+                "torch/version.py": f"__version__ = '{local}'\ncuda = {cuda!r}\n",
+            },
+        )
 
     def add_torchvision(self, version: str, build: str, torch: str) -> Path:
-        return self.add(build, "torchvision", f"{version}+{build}",
-                        {"torchvision/__init__.py": f"__version__ = '{version}+{build}'\n"},
-                        requires=(f"torch=={torch}",))
+        return self.add(
+            build,
+            "torchvision",
+            f"{version}+{build}",
+            {"torchvision/__init__.py": f"__version__ = '{version}+{build}'\n"},
+            requires=(f"torch=={torch}",),
+        )
 
     @staticmethod
     def _write_project(project: Path) -> None:
@@ -113,13 +131,17 @@ class PackageIndex:
             href = wheel.name.replace("+", "%2B")
             links.append(f'<a href="{href}#sha256={digest}">{wheel.name}</a><br>')
         (project / "index.html").write_text(
-            "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+            "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+        )
 
     def _write_root(self, where: str) -> None:
         index = self.root / where
         names = sorted(p.name for p in index.iterdir() if p.is_dir())
-        (index / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "".join(
-            f'<a href="{n}/">{n}</a><br>\n' for n in names) + "</body></html>\n")
+        (index / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n"
+            + "".join(f'<a href="{n}/">{n}</a><br>\n' for n in names)
+            + "</body></html>\n"
+        )
 
 
 def standard_index(root: Path) -> PackageIndex:
@@ -127,10 +149,12 @@ def standard_index(root: Path) -> PackageIndex:
     (cu126), torchvision for each, a vllm-like package that pins torch 2.9.0, one that pins torch
     2.6.0, and a package that pins nothing."""
     index = PackageIndex(root)
-    for version, build, cuda, vision in (("2.9.0", "cu128", "12.8", "0.24.0"),
-                                         ("2.11.0", "cu130", "13.0", "0.26.0"),
-                                         ("2.11.0", "cpu", None, "0.26.0"),
-                                         ("2.6.0", "cu126", "12.6", "0.21.0")):
+    for version, build, cuda, vision in (
+        ("2.9.0", "cu128", "12.8", "0.24.0"),
+        ("2.11.0", "cu130", "13.0", "0.26.0"),
+        ("2.11.0", "cpu", None, "0.26.0"),
+        ("2.6.0", "cu126", "12.6", "0.21.0"),
+    ):
         index.add_torch(version, build, cuda)
         index.add_torchvision(vision, build, version)
     index.add("pypi", "vllmish", "0.1.0", requires=("torch==2.9.0", "torchvision==0.24.0"))

@@ -341,8 +341,9 @@ def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_pa
     good.write_text("version = 1\n")
     reports = tmp_path / "reports"
     reports.mkdir()
-    (reports / "box.json").write_text(json.dumps({"schema": "mlsetup.report/1",
-                                                  "result": "done", "what": "an old report"}))
+    (reports / "box.json").write_text(
+        json.dumps({"schema": "mlsetup.report/1", "result": "done", "what": "an old report"})
+    )
     answers = tmp_path / "answers.toml"
     answers.write_text('version = 1\n[torch]\ncuda = "cu999"\n')
     inventory = tmp_path / "inventory.yml"
@@ -411,8 +412,13 @@ def test_a_report_of_another_schema_fails_the_host_naming_both_schemas(tmp_path:
     inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 2, shown(run)
     assert recap(run)["box"]["failed"] == 1
     assert "Check the report's schema" in run.stdout, shown(run)
@@ -450,7 +456,10 @@ def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
     env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
     run = subprocess.run(
         [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), "--tags", "mlsetup_install"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert run.returncode == 2, shown(run)
     assert recap(run)["box"]["failed"] == 1

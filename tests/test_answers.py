@@ -75,8 +75,11 @@ BAD = [
     ('[torch]\npackages = ["foo @ https://x/foo.whl"]', "torch.packages[0]", "no URL"),
     ('[torch]\nversion = "===x"', "torch.version", 'not "==="'),
     ('[torch]\nindex_url = "ftp://x/{build}"', "torch.index_url", "http(s)://"),
-    ('[[extensions]]\nname = "flash-attn"\nversion = "2.8.3/../../etc"',
-     "extensions[0].version", '"2.8.3"'),
+    (
+        '[[extensions]]\nname = "flash-attn"\nversion = "2.8.3/../../etc"',
+        "extensions[0].version",
+        '"2.8.3"',
+    ),
     ('[[extensions]]\nname = "flash-attn"\nversion = "v2.8.3"', "extensions[0].version", "PEP 440"),
     ('[venv]\nuser = "-oX"', "venv.user", '"alice"'),
     ('[venv]\npath = "/usr"', "venv.path", "system's own"),
@@ -165,11 +168,25 @@ def test_schema_is_generated_from_the_models():
 
 @pytest.mark.parametrize(
     ("path", "ok"),
-    [("/", False), ("/etc", False), ("/usr/lib/x", False), ("/usr/local", False),
-     ("/usr/local/cuda-12.8", False), ("/usr/local/bin/env", False), ("/boot/x", False),
-     ("/var/lib/mlsetup/x", False), ("/home", False), ("/root", False), ("/opt", False),
-     ("/usr/local/ml-env", True), ("/opt/ml", True), ("/home/alice/ml-env", True),
-     ("/root/ml-env", True), ("/srv/fleet/wheels", True), ("/var/lib/postgresql/env", True)],
+    [
+        ("/", False),
+        ("/etc", False),
+        ("/usr/lib/x", False),
+        ("/usr/local", False),
+        ("/usr/local/cuda-12.8", False),
+        ("/usr/local/bin/env", False),
+        ("/boot/x", False),
+        ("/var/lib/mlsetup/x", False),
+        ("/home", False),
+        ("/root", False),
+        ("/opt", False),
+        ("/usr/local/ml-env", True),
+        ("/opt/ml", True),
+        ("/home/alice/ml-env", True),
+        ("/root/ml-env", True),
+        ("/srv/fleet/wheels", True),
+        ("/var/lib/postgresql/env", True),
+    ],
 )
 def test_system_directories_are_never_a_venv(path, ok):
     assert (unsafe_directory(path) is None) == ok
@@ -178,8 +195,12 @@ def test_system_directories_are_never_a_venv(path, ok):
 def test_a_file_is_read_bounded_never_blocking(tmp_path):
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
-    for path, why in [(fifo, "FIFO"), (tmp_path, "directory"), ("/dev/zero", "character"),
-                      (tmp_path / "none.toml", "No such file")]:
+    for path, why in [
+        (fifo, "FIFO"),
+        (tmp_path, "directory"),
+        ("/dev/zero", "character"),
+        (tmp_path / "none.toml", "No such file"),
+    ]:
         with pytest.raises(InputError, match=why):
             load_answers(path)
     big = tmp_path / "big.toml"
@@ -225,12 +246,17 @@ def test_the_venv_directory_is_checked_once_home_is_known():
 
 @pytest.mark.parametrize(
     ("env", "message"),
-    [({"MLSETUP_DPKG_LOCK_TIMEOUT": "nan"}, "MLSETUP_DPKG_LOCK_TIMEOUT=\"nan\": allowed: a number"),
-     ({"MLSETUP_DPKG_LOCK_TIMEOUT": "1e999"}, "0 to 86400"),
-     ({"MLSETUP_ASCII": "maybe"}, "MLSETUP_ASCII=\"maybe\": allowed: one of 1, yes"),
-     ({"MLSETUP_EXTENSIONS_DIR": "/nonexistent"}, "MLSETUP_EXTENSIONS_DIR=\"/nonexistent\""),
-     ({"MLSETUP_NVML_SNAPSHOT": "/dev/zero"}, "a regular file"),
-     ({"MLSETUP_EXTENSION_DIR": "/tmp"}, "MLSETUP_EXTENSION_DIR: unknown setting")],
+    [
+        (
+            {"MLSETUP_DPKG_LOCK_TIMEOUT": "nan"},
+            'MLSETUP_DPKG_LOCK_TIMEOUT="nan": allowed: a number',
+        ),
+        ({"MLSETUP_DPKG_LOCK_TIMEOUT": "1e999"}, "0 to 86400"),
+        ({"MLSETUP_ASCII": "maybe"}, 'MLSETUP_ASCII="maybe": allowed: one of 1, yes'),
+        ({"MLSETUP_EXTENSIONS_DIR": "/nonexistent"}, 'MLSETUP_EXTENSIONS_DIR="/nonexistent"'),
+        ({"MLSETUP_NVML_SNAPSHOT": "/dev/zero"}, "a regular file"),
+        ({"MLSETUP_EXTENSION_DIR": "/tmp"}, "MLSETUP_EXTENSION_DIR: unknown setting"),
+    ],
 )
 def test_bad_settings_name_the_variable(env, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
@@ -238,10 +264,20 @@ def test_bad_settings_name_the_variable(env, message):
 
 
 def test_settings_parse():
-    s = settings_from({"MLSETUP_DPKG_LOCK_TIMEOUT": "20", "MLSETUP_ASCII": "1",
-                       "MLSETUP_EXTENSIONS_DIR": str(REPO), "MLSETUP_PREFIX": "/opt/mlsetup",
-                       "MLSETUP_NVML_SNAPSHOT": ""})
+    s = settings_from(
+        {
+            "MLSETUP_DPKG_LOCK_TIMEOUT": "20",
+            "MLSETUP_ASCII": "1",
+            "MLSETUP_EXTENSIONS_DIR": str(REPO),
+            "MLSETUP_PREFIX": "/opt/mlsetup",
+            "MLSETUP_NVML_SNAPSHOT": "",
+        }
+    )
     assert (s.dpkg_lock_timeout, s.ascii, s.extensions_dir, s.nvml_snapshot) == (
-        20.0, True, REPO, None)
+        20.0,
+        True,
+        REPO,
+        None,
+    )
     out = run_cli("plan", "--facts", str(H200), env={"MLSETUP_DPKG_LOCK_TIMEOUT": "soon"})
     assert out.returncode == 2 and "MLSETUP_DPKG_LOCK_TIMEOUT" in out.stderr

@@ -105,15 +105,18 @@ def test_python_download_says_the_real_next_step_not_check_the_network():
     d = diagnose(CASES["python-download"], 1, LOG)
     assert "venv.python" in d.next and "UV_PYTHON_INSTALL_MIRROR" in d.next
     # the same download failing on a proxy's certificate is the certificate's fault
-    tls = diagnose([*CASES["python-download"], "  Caused by: invalid peer certificate: "
-                    "UnknownIssuer"], 1, LOG)
+    tls = diagnose(
+        [*CASES["python-download"], "  Caused by: invalid peer certificate: UnknownIssuer"], 1, LOG
+    )
     assert tls.id == "tls-unknown-issuer" and "update-ca-certificates" in tls.next
 
 
 def test_module_verification_failed_is_not_a_secure_boot_rejection():
     # printed when an unsigned module loads (Secure Boot not enforcing): the driver works
-    line = ("[    5.123456] nvidia: module verification failed: signature and/or required key "
-            "missing - tainting kernel")
+    line = (
+        "[    5.123456] nvidia: module verification failed: signature and/or required key "
+        "missing - tainting kernel"
+    )
     d = diagnose([line, "E: Sub-process /usr/bin/dpkg returned an error code (1)"], 1, LOG)
     assert d is None or d.id != "secure-boot-rejected"
 

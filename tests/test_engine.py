@@ -76,7 +76,8 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     assert build["jobserver_usable"] is True
     assert f"tinyext built against torch {STANDIN_TORCH}+cu130" in second.stdout or any(
         "tinyext built against torch" in line.read_text()
-        for line in (server.root / "var/log/mlsetup").rglob("extensions.tinyext.smoke.log"))
+        for line in (server.root / "var/log/mlsetup").rglob("extensions.tinyext.smoke.log")
+    )
     # the wheel is kept for the next venv or host
     cached = list((server.root / "var/cache/mlsetup/wheels").glob("tinyext-0.1.0_*/*.whl"))
     assert len(cached) == 1
@@ -150,8 +151,11 @@ def test_events_tell_the_whole_story(server: FakeServer):
     assert not any(isinstance(e, (Failed, RebootNeeded)) for e in events)
     # the stack is resolved first (its uv runs are actions too), then the plan, then the steps
     kinds = [json.loads(e.to_json())["kind"] for e in events]
-    first_step = next(i for i, e in enumerate(events)
-                      if isinstance(e, ActionStarted) and not e.action.startswith("venv.resolve"))
+    first_step = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, ActionStarted) and not e.action.startswith("venv.resolve")
+    )
     assert kinds[0] == "run-start" and kinds.index("plan") < first_step
 
 
@@ -343,8 +347,11 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
     # harmless stand-ins for an operator's proxy and index settings (a real proxy would be
     # used by uv here): carried the same way
     first = server.mlsetup(
-        "apply", "--answers", str(server.answers),
-        no_proxy="mirror.internal.example", UV_HTTP_TIMEOUT="61",
+        "apply",
+        "--answers",
+        str(server.answers),
+        no_proxy="mirror.internal.example",
+        UV_HTTP_TIMEOUT="61",
     )
     assert first.returncode == 10, first.stdout
     # the engine ran as a transient unit, which starts with systemd's bare environment: what the
@@ -369,9 +376,21 @@ def test_under_systemd_a_transient_unit_then_a_resume_unit_keep_the_operators_ru
     wants = server.root / "etc/systemd/system/multi-user.target.wants/mlsetup-resume.service"
     assert wants.exists()
     boot = subprocess.run(
-        [sys.executable, "-m", "app.cli", "apply", "--resume", "--foreground",
-         "--root", str(server.root)],
-        capture_output=True, text=True, env={"PATH": SYSTEM_PATH}, cwd="/", timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "apply",
+            "--resume",
+            "--foreground",
+            "--root",
+            str(server.root),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": SYSTEM_PATH},
+        cwd="/",
+        timeout=300,
     )
     assert boot.returncode == 0, boot.stdout + boot.stderr
     assert not unit.exists() and not wants.exists()  # removed itself when done
@@ -454,7 +473,6 @@ def test_dry_run_executes_nothing_and_writes_nothing(server: FakeServer):
 
 def test_apply_without_root_exits_3():
 
-
     pid = os.fork()
     if pid == 0:
         code = 99
@@ -519,9 +537,12 @@ def test_compile_killed_for_memory_is_retried_keeping_its_objects(server: FakeSe
     assert run.returncode == 0, run.stdout
     retry = [e.text for e in server.events() if isinstance(e, Notice) and "retrying" in e.text]
     assert len(retry) == 1 and "ran out of memory" in retry[0]
-    out = subprocess.run([str(server.venv / "bin/python"), "-c",
-                          "import flakyext; print(flakyext.KEPT)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(server.venv / "bin/python"), "-c", "import flakyext; print(flakyext.KEPT)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "True"  # the retry found the object compiled before the crash
 
 
@@ -535,8 +556,9 @@ def test_the_engine_logs_its_decisions_root_only_in_the_runs_log_directory(serve
     assert again.returncode == 0, again.stdout + again.stderr
 
     report = server.report()
-    run_dirs = sorted(p for p in (server.root / "var/log/mlsetup").iterdir()
-                      if p.is_dir() and not p.is_symlink())
+    run_dirs = sorted(
+        p for p in (server.root / "var/log/mlsetup").iterdir() if p.is_dir() and not p.is_symlink()
+    )
     assert len(run_dirs) == 2 and str(run_dirs[-1]).endswith(report["log_dir"])
     first_run, second_run = (d / "decisions.log" for d in run_dirs)
     for log in (first_run, second_run):

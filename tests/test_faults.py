@@ -132,9 +132,11 @@ def test_kill_9_with_jobs_parked_then_resume_completes(
     if kill == "engine":
         # the watchdog: nothing stays stopped, the orphaned build is ended within seconds
         wait_for(lambda: not _build_processes(objects), timeout=30)
-        print(f"kill -9 engine, {len(parked)} job(s) parked, {kept}/10 objects built "
-              f"([{len(progress)}/10] seen): the watchdog continued and ended the build "
-              f"{time.monotonic() - t_kill:.1f}s after the kill")
+        print(
+            f"kill -9 engine, {len(parked)} job(s) parked, {kept}/10 objects built "
+            f"([{len(progress)}/10] seen): the watchdog continued and ended the build "
+            f"{time.monotonic() - t_kill:.1f}s after the kill"
+        )
     else:
         time.sleep(2)
         assert _stopped(objects), "without the watchdog the parked job stays stopped"
@@ -146,15 +148,20 @@ def test_kill_9_with_jobs_parked_then_resume_completes(
     assert not _stopped(objects) and not _build_processes(objects)
     if kill == "engine-and-watchdog":  # the resume found them stopped and dealt with them
         assert re.search(r"continued [1-9]\d* compile job", resume.stdout), resume.stdout
-    out = subprocess.run([str(server.venv / "bin/python"), "-c",
-                          "import manyext; print(len(manyext.OBJECTS))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(server.venv / "bin/python"), "-c", "import manyext; print(len(manyext.OBJECTS))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "10"
     rebuilt = [e.total for e in server.events()[events_before:] if isinstance(e, BuildProgress)]
     assert rebuilt and max(rebuilt) <= 10 - kept  # the objects built before the kill were kept
-    print(f"kill -9 {kill} with {len(parked)} job(s) parked and {kept} objects built: "
-          f"--resume done in {time.monotonic() - t0:.1f}s, compiled {max(rebuilt)} more, "
-          "10/10 objects, no process stopped")
+    print(
+        f"kill -9 {kill} with {len(parked)} job(s) parked and {kept} objects built: "
+        f"--resume done in {time.monotonic() - t0:.1f}s, compiled {max(rebuilt)} more, "
+        "10/10 objects, no process stopped"
+    )
 
 
 def test_interrupted_command_is_waited_for_within_a_bound_then_explained(server: FakeServer):
@@ -182,8 +189,11 @@ def test_temporary_state_files_of_dead_engines_are_removed(server: FakeServer):
     server.machine.driver_loaded("580.105.08")
     state_dir = server.root / "var/lib/mlsetup"
     state_dir.mkdir(parents=True)
-    left = [state_dir / ".state.json.k1l2ed", state_dir / ".report.json.abc123",
-            state_dir / ".governed-build.json.x9y8z7"]
+    left = [
+        state_dir / ".state.json.k1l2ed",
+        state_dir / ".report.json.abc123",
+        state_dir / ".governed-build.json.x9y8z7",
+    ]
     for tmp in left:
         tmp.write_text("{")
     run = server.mlsetup("apply", "--answers", str(server.answers))
@@ -213,12 +223,26 @@ def test_two_applies_released_by_one_barrier_exactly_one_exits_4(server: FakeSer
         racers = []
         for out in outputs:
             with out.open("w") as f:
-                racers.append(subprocess.Popen(
-                    [sys.executable, "-c", _RACER, str(barrier), "apply", "--answers",
-                     str(server.answers), "--root", str(server.root)],
-                    stdout=f, stderr=subprocess.STDOUT, env=server.env(), cwd=REPO,
-                    start_new_session=True,
-                ))
+                racers.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-c",
+                            _RACER,
+                            str(barrier),
+                            "apply",
+                            "--answers",
+                            str(server.answers),
+                            "--root",
+                            str(server.root),
+                        ],
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        env=server.env(),
+                        cwd=REPO,
+                        start_new_session=True,
+                    )
+                )
         fd = os.open(barrier, os.O_WRONLY)  # returns once a racer has opened it to read
         time.sleep(1.0)  # both imported and waiting: one write of two bytes releases both
         os.write(fd, b"go")
@@ -239,17 +263,25 @@ def test_two_applies_released_by_one_barrier_exactly_one_exits_4(server: FakeSer
         figures.append((ended[loser], ended[1 - loser]))
         assert ended[loser] < 5, figures
         wait_for(server.apply_lock_free)
-    print("race trials: exactly one exit 4 in 10/10; loser's exit after the barrier: "
-          + ", ".join(f"{lose:.2f}s" for lose, _ in figures)
-          + "; winner's run: " + ", ".join(f"{win:.1f}s" for _, win in figures))
+    print(
+        "race trials: exactly one exit 4 in 10/10; loser's exit after the barrier: "
+        + ", ".join(f"{lose:.2f}s" for lose, _ in figures)
+        + "; winner's run: "
+        + ", ".join(f"{win:.1f}s" for _, win in figures)
+    )
 
 
 # -- unusable state.json ------------------------------------------------------------------------
 
 
 def _valid_state(run_id: str = "20261201-080000-1") -> dict:
-    return {"schema": "mlsetup.state/1", "run_id": run_id, "phase": "failed",
-            "answers_toml": "", "answers_path": None}
+    return {
+        "schema": "mlsetup.state/1",
+        "run_id": run_id,
+        "phase": "failed",
+        "answers_toml": "",
+        "answers_path": None,
+    }
 
 
 def _nested(depth: int) -> str:
@@ -284,8 +316,19 @@ def _plant(path: Path, variant: str, elsewhere: Path) -> None:
         raise AssertionError(variant)
 
 
-VARIANTS = ["binary", "directory", "fifo", "symlink", "nested-deep", "nested", "schema", "huge",
-            "run-id", "torn", "not-an-object"]
+VARIANTS = [
+    "binary",
+    "directory",
+    "fifo",
+    "symlink",
+    "nested-deep",
+    "nested",
+    "schema",
+    "huge",
+    "run-id",
+    "torn",
+    "not-an-object",
+]
 
 
 def test_every_unusable_state_is_set_aside_with_exit_2_and_the_next_apply_works(
@@ -301,8 +344,9 @@ def test_every_unusable_state_is_set_aside_with_exit_2_and_the_next_apply_works(
         _plant(path, variant, server.base / f"elsewhere-{variant}.json")
         # `--resume` reads the state in the starter, a new apply in the engine's start: both
         # (the first only for one variant, to keep the suite short)
-        hows = [["--answers", str(server.answers)]] + ([["--resume"]] if variant == "binary"
-                                                       else [])
+        hows = [["--answers", str(server.answers)]] + (
+            [["--resume"]] if variant == "binary" else []
+        )
         for how in hows:
             run = server.mlsetup("apply", *how, timeout=120)
             assert run.returncode == 2, (variant, how, run.stdout, run.stderr)
@@ -329,8 +373,11 @@ def test_every_unusable_state_is_set_aside_with_exit_2_and_the_next_apply_works(
 @contextlib.contextmanager
 def _full_tmpfs(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs",
-                              str(directory)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(directory)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -409,15 +456,17 @@ def test_index_credentials_never_reach_a_command_line_or_any_output(server: Fake
         calls.touch()
         calls.chmod(0o666)  # uv runs as the venv's account
         url = f"http://alice:{TOKEN}@127.0.0.1:{httpd.server_address[1]}/"
-        text = server.answers.read_text().replace(f'index_url = "{server.index}"',
-                                                  f'index_url = "{url}"')
+        text = server.answers.read_text().replace(
+            f'index_url = "{server.index}"', f'index_url = "{url}"'
+        )
         server.answers.write_text(text)
 
         plan = server.mlsetup("plan", "--answers", str(server.answers), "--json")
         assert plan.returncode == 0, plan.stderr
         run = server.mlsetup("apply", "--answers", str(server.answers))
         assert run.returncode == 0, (run.stdout + run.stderr)[-2000:] + (
-            server.root / "var/log/mlsetup/engine.log").read_text()[-3000:]
+            server.root / "var/log/mlsetup/engine.log"
+        ).read_text()[-3000:]
         assert any(_AuthIndex.seen), "uv reached the index with the credentials"
 
         lines = calls.read_text().splitlines()
@@ -425,13 +474,17 @@ def test_index_credentials_never_reach_a_command_line_or_any_output(server: Fake
         torch_call = [(a, e) for a, e in uv_calls if "--index torch=" in a]
         assert torch_call and "UV_INDEX_TORCH_PASSWORD" in torch_call[0][1].split(), uv_calls
         shown = [plan.stdout, plan.stderr, run.stdout, run.stderr, calls.read_text()]
-        for path in [*(server.root / "var/log/mlsetup").rglob("*"),
-                     server.root / "var/lib/mlsetup/report.json"]:
+        for path in [
+            *(server.root / "var/log/mlsetup").rglob("*"),
+            server.root / "var/lib/mlsetup/report.json",
+        ]:
             if path.is_file() and not path.is_symlink():
                 shown.append(path.read_text(errors="replace"))
         leaks = [s[:200] for s in shown if TOKEN in s]
         assert not leaks, leaks
-        print(f"credentials: {len(uv_calls)} uv calls, token in none of their argv, nor in "
-              f"plan, console, events, logs or report ({len(shown)} texts checked)")
+        print(
+            f"credentials: {len(uv_calls)} uv calls, token in none of their argv, nor in "
+            f"plan, console, events, logs or report ({len(shown)} texts checked)"
+        )
     finally:
         httpd.shutdown()

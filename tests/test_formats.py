@@ -35,8 +35,9 @@ def _rows(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> lis
     for name, s in schema.get("properties", {}).items():
         path = f"{prefix}{name}"
         rows.append(f"| `{path}` | {_type(s)} | {s.get('description', '')} |")
-        for sub, sep in ([(s, "."), (s.get("items", {}), "[].")]
-                         + [(x, ".") for x in s.get("anyOf", [])]):
+        for sub, sep in [(s, "."), (s.get("items", {}), "[].")] + [
+            (x, ".") for x in s.get("anyOf", [])
+        ]:
             if "$ref" in sub:
                 rows += _rows(defs[sub["$ref"].split("/")[-1]], defs, path + sep)
                 break
@@ -51,13 +52,12 @@ def model_rows(model: type[BaseModel]) -> list[str]:
 @pytest.mark.parametrize("model", [Facts, Plan, Report])
 def test_every_key_of_the_model_is_documented(model: type[BaseModel]):
     doc = DOC.read_text()
-    missing = [row for row in model_rows(model)
-               if row.split(" | ")[0] + " |" not in doc]
+    missing = [row for row in model_rows(model) if row.split(" | ")[0] + " |" not in doc]
     assert not missing, f"docs/formats.md lacks {missing}"
 
 
 def test_the_report_table_is_the_one_its_model_generates():
     doc = DOC.read_text()
-    report = doc[doc.index("## report"):]
+    report = doc[doc.index("## report") :]
     missing = [row for row in model_rows(Report) if row not in report]
     assert not missing, f"regenerate the report table of docs/formats.md: {missing}"

@@ -207,33 +207,69 @@ def answers_cases() -> list[Case]:
     for section in [s for s in Answers.model_fields if s != "version"]:
         if section == "extensions":
             text = GOOD_ANSWERS + "bogus = 1\n"
-            cases.append(Case("answers unknown extensions[0] key", "answers",
-                              "extensions[0].bogus", text.encode()))
-            cases.append(Case("answers extensions a string", "answers", "extensions",
-                              b'version = 1\nextensions = "flash-attn"\n'))
-            cases.append(Case("answers extensions [1]", "answers", "extensions[0]",
-                              b"version = 1\nextensions = [1]\n"))
+            cases.append(
+                Case(
+                    "answers unknown extensions[0] key",
+                    "answers",
+                    "extensions[0].bogus",
+                    text.encode(),
+                )
+            )
+            cases.append(
+                Case(
+                    "answers extensions a string",
+                    "answers",
+                    "extensions",
+                    b'version = 1\nextensions = "flash-attn"\n',
+                )
+            )
+            cases.append(
+                Case(
+                    "answers extensions [1]",
+                    "answers",
+                    "extensions[0]",
+                    b"version = 1\nextensions = [1]\n",
+                )
+            )
             continue
-        cases.append(Case(f"answers unknown {section} key", "answers", f"{section}.bogus",
-                          f"version = 1\n[{section}]\nbogus = 1\n".encode()))
-        cases.append(Case(f"answers {section} not a table", "answers", section,
-                          f"version = 1\n{section} = 1\n".encode()))
+        cases.append(
+            Case(
+                f"answers unknown {section} key",
+                "answers",
+                f"{section}.bogus",
+                f"version = 1\n[{section}]\nbogus = 1\n".encode(),
+            )
+        )
+        cases.append(
+            Case(
+                f"answers {section} not a table",
+                "answers",
+                section,
+                f"version = 1\n{section} = 1\n".encode(),
+            )
+        )
     cases.append(Case("answers unknown top key", "answers", "bogus", b"version = 1\nbogus = 1\n"))
     for i, (text, line) in enumerate(ANSWERS_SYNTAX):
         cases.append(Case(f"answers syntax {i}", "answers", f"line {line}", text.encode()))
     cases += [
         Case("answers binary", "answers", "line 1", b"\x7fELF\x02\x01\x01\x00" + bytes(64)),
         Case("answers NUL", "answers", "line 2", b"version = 1\n\x00\n"),
-        Case("answers latin-1", "answers", "line 2", 'version = 1\n# caf\xe9\n'.encode("latin-1")),
+        Case("answers latin-1", "answers", "line 2", "version = 1\n# caf\xe9\n".encode("latin-1")),
         Case("answers UTF-16", "answers", "line 1", "version = 1\n".encode("utf-16")),
-        Case("answers venv.user missing", "answers", "venv.user",
-             b'version = 1\n[venv]\nuser = "nosuchuser"\n', live_only=True),
+        Case(
+            "answers venv.user missing",
+            "answers",
+            "venv.user",
+            b'version = 1\n[venv]\nuser = "nosuchuser"\n',
+            live_only=True,
+        ),
     ]
     cases += [Case(f"answers {s}", "answers", "@FILE", special=s) for s in SPECIAL]
     return cases
 
 
 # -- facts --------------------------------------------------------------------------------------
+
 
 def _key(path: tuple[str | int, ...]) -> str:
     out = ""
@@ -256,8 +292,14 @@ def _wrong_for(value: object) -> dict[str, object]:
     if isinstance(value, bool):
         return {"int": 1, "str": "true", "list": []}
     if isinstance(value, int):
-        return {"str": "16", "bool": True, "float": 1.5, "nan": float("nan"),
-                "negative": -1, "huge": 10**30}
+        return {
+            "str": "16",
+            "bool": True,
+            "float": 1.5,
+            "nan": float("nan"),
+            "negative": -1,
+            "huge": 10**30,
+        }
     if isinstance(value, str):
         return {"int": 7, "bool": False, "list": [value], "object": {}}
     if isinstance(value, list):
@@ -326,13 +368,20 @@ def facts_cases() -> list[Case]:
                 continue
             data = copy.deepcopy(base)
             _set(data, path, wrong)
-            cases.append(Case(f"facts {_key(path)}={label}", "facts", _key(path),
-                              _facts_bytes(data)))
+            cases.append(
+                Case(f"facts {_key(path)}={label}", "facts", _key(path), _facts_bytes(data))
+            )
         if isinstance(value, dict) and path[0] != "disk_free_bytes":  # keys there are paths
             data = copy.deepcopy(base)
             _set(data, (*path, "bogus_key"), 1)
-            cases.append(Case(f"facts unknown key in {_key(path)}", "facts",
-                                  _key((*path, "bogus_key")), _facts_bytes(data)))
+            cases.append(
+                Case(
+                    f"facts unknown key in {_key(path)}",
+                    "facts",
+                    _key((*path, "bogus_key")),
+                    _facts_bytes(data),
+                )
+            )
     for key in [k for k in base if k != "schema"]:
         data = copy.deepcopy(base)
         del data[key]
@@ -376,42 +425,75 @@ smoke_test = "import myext"
 """
 
 RECIPE_BAD = [  # (key, TOML value)
-    ("package", "7"), ("package", '"--no-deps"'), ("package", '"../x"'),
-    ("import_name", "[]"), ("arch_variable", "1"), ("arch_map", '"9.0"'),
-    ("arch_map", '{ "９.０" = "90" }'), ("threads_variable", "true"), ("threads", '"4"'),
-    ("threads", "-1"), ("threads", "9" * 40), ("force_build_variable", "{}"),
-    ("peak_job_gib", '"lots"'), ("peak_job_gib", "nan"), ("peak_job_gib", "-1.0"),
-    ("peak_job_gib", "inf"), ("build_requires", '"setuptools"'), ("build_requires", '["-e ."]'),
-    ("prebuilt_cuda_majors", "13"), ("requirement", "1"), ("smoke_test", "[1]"),
+    ("package", "7"),
+    ("package", '"--no-deps"'),
+    ("package", '"../x"'),
+    ("import_name", "[]"),
+    ("arch_variable", "1"),
+    ("arch_map", '"9.0"'),
+    ("arch_map", '{ "９.０" = "90" }'),
+    ("threads_variable", "true"),
+    ("threads", '"4"'),
+    ("threads", "-1"),
+    ("threads", "9" * 40),
+    ("force_build_variable", "{}"),
+    ("peak_job_gib", '"lots"'),
+    ("peak_job_gib", "nan"),
+    ("peak_job_gib", "-1.0"),
+    ("peak_job_gib", "inf"),
+    ("build_requires", '"setuptools"'),
+    ("build_requires", '["-e ."]'),
+    ("prebuilt_cuda_majors", "13"),
+    ("requirement", "1"),
+    ("smoke_test", "[1]"),
 ]
 
 
 def recipe_cases() -> list[Case]:
     def with_value(key: str, value: str) -> bytes:
-        lines = [f"{key} = {value}" if line.startswith(f"{key} =") else line
-                 for line in GOOD_RECIPE.splitlines()]
+        lines = [
+            f"{key} = {value}" if line.startswith(f"{key} =") else line
+            for line in GOOD_RECIPE.splitlines()
+        ]
         return ("\n".join(lines) + "\n").encode()
 
-    cases = [Case(f"recipe {k}={v[:20]}", "recipe", "@FILE", with_value(k, v), also=k)
-             for k, v in RECIPE_BAD]
+    cases = [
+        Case(f"recipe {k}={v[:20]}", "recipe", "@FILE", with_value(k, v), also=k)
+        for k, v in RECIPE_BAD
+    ]
     cases += [
-        Case("recipe unknown key", "recipe", "@FILE", (GOOD_RECIPE + "bogus = 1\n").encode(),
-             also="bogus"),
-        Case("recipe missing package", "recipe", "@FILE",
-             GOOD_RECIPE.replace('package = "myext"\n', "").encode(), also="package"),
-        Case("recipe name traversal", "recipe", "@FILE",
-             GOOD_RECIPE.replace("[myext]", '["../../etc"]').encode(), also="../../etc"),
+        Case(
+            "recipe unknown key",
+            "recipe",
+            "@FILE",
+            (GOOD_RECIPE + "bogus = 1\n").encode(),
+            also="bogus",
+        ),
+        Case(
+            "recipe missing package",
+            "recipe",
+            "@FILE",
+            GOOD_RECIPE.replace('package = "myext"\n', "").encode(),
+            also="package",
+        ),
+        Case(
+            "recipe name traversal",
+            "recipe",
+            "@FILE",
+            GOOD_RECIPE.replace("[myext]", '["../../etc"]').encode(),
+            also="../../etc",
+        ),
         Case("recipe not a table", "recipe", "@FILE", b"myext = 1\n", also="myext"),
         Case("recipe syntax", "recipe", "@FILE", b"[myext]\npackage = \n", also="line 2"),
         Case("recipe binary", "recipe", "@FILE", b"\x00\xff\xfe" * 50),
         Case("recipe latin-1", "recipe", "@FILE", "[myext]\n# caf\xe9\n".encode("latin-1")),
     ]
-    cases += [Case(f"recipe {s}", "recipe", "@FILE", special=s) for s in SPECIAL
-              if s != "missing"]
+    cases += [Case(f"recipe {s}", "recipe", "@FILE", special=s) for s in SPECIAL if s != "missing"]
     return cases
 
 
 # -- MLSETUP_* ----------------------------------------------------------------------------------
+
 
 def env_cases(tmp: Path) -> list[Case]:
     a_file = tmp / "a-file"
@@ -435,12 +517,20 @@ def env_cases(tmp: Path) -> list[Case]:
     not_nvml = tmp / "not-nvml.json"
     not_nvml.write_text('{"driver": 1}')
     # what the snapshot holds is read only where the machine is probed
-    cases.append(Case("env MLSETUP_NVML_SNAPSHOT not a snapshot", "env", "MLSETUP_NVML_SNAPSHOT",
-                      env={"MLSETUP_NVML_SNAPSHOT": str(not_nvml)}, live_only=True))
+    cases.append(
+        Case(
+            "env MLSETUP_NVML_SNAPSHOT not a snapshot",
+            "env",
+            "MLSETUP_NVML_SNAPSHOT",
+            env={"MLSETUP_NVML_SNAPSHOT": str(not_nvml)},
+            live_only=True,
+        )
+    )
     return cases
 
 
 # -- running ------------------------------------------------------------------------------------
+
 
 class _Hang(BaseException):
     pass
@@ -494,8 +584,14 @@ def run_in_process(argv: list[str], env: dict[str, str]) -> Outcome:
 
 def run_subprocess(argv: list[str], env: dict[str, str]) -> Outcome:
     try:
-        proc = subprocess.run([sys.executable, "-m", "app.cli", *argv], capture_output=True,
-                              text=True, env=env, cwd=REPO, timeout=TIMEOUT_S * 3)
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=TIMEOUT_S * 3,
+        )
     except subprocess.TimeoutExpired:
         return Outcome(None, "", "", hung=True)
     return Outcome(proc.returncode, proc.stdout, proc.stderr)
@@ -513,7 +609,7 @@ class Bench:
         bin_dir.mkdir()
         for name in (*STANDINS, "uv"):
             script = bin_dir / name
-            script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {self.calls}\nexit 0\n")
+            script.write_text(f'#!/bin/sh\necho "$0 $*" >> {self.calls}\nexit 0\n')
             script.chmod(0o755)
         self.env = {
             "PATH": f"{bin_dir}:{SYSTEM_PATH}",
@@ -568,12 +664,14 @@ class Bench:
             return runs
         if case.kind == "facts":
             assert path is not None
-            return [["plan", "--facts", str(path)],
-                    ["apply", "--dry-run", "--answers", str(self.good_answers),
-                     "--facts", str(path)]]
+            return [
+                ["plan", "--facts", str(path)],
+                ["apply", "--dry-run", "--answers", str(self.good_answers), "--facts", str(path)],
+            ]
         # MLSETUP_* and recipes: read whatever the answers say
-        runs = [["apply", "--dry-run", "--answers", str(self.good_answers),
-                 "--root", str(self.root)]]
+        runs = [
+            ["apply", "--dry-run", "--answers", str(self.good_answers), "--root", str(self.root)]
+        ]
         if not case.live_only:
             runs.insert(0, ["plan", "--facts", str(H200), "--answers", str(self.good_answers)])
         return runs
@@ -605,14 +703,18 @@ class Tally:
         if got.code == 2 and named and not got.stdout.strip():
             self.named += 1
         else:
-            self.failures.append(f"{label}: exit {got.code}, wanted 2 naming {expect!r} "
-                                 f"{case.also!r}:\n"
-                                 f"{got.stderr[-600:]}{got.stdout[-300:]}")
+            self.failures.append(
+                f"{label}: exit {got.code}, wanted 2 naming {expect!r} "
+                f"{case.also!r}:\n"
+                f"{got.stderr[-600:]}{got.stdout[-300:]}"
+            )
 
     def report(self, what: str) -> str:
-        return (f"{what}: inputs tried {self.inputs} ({self.runs} runs), tracebacks "
-                f"{len(self.tracebacks)}, hangs {len(self.hangs)}, exit-2-names-the-key "
-                f"{self.named}/{self.runs}")
+        return (
+            f"{what}: inputs tried {self.inputs} ({self.runs} runs), tracebacks "
+            f"{len(self.tracebacks)}, hangs {len(self.hangs)}, exit-2-names-the-key "
+            f"{self.named}/{self.runs}"
+        )
 
 
 def _run_all(bench: Bench, cases: list[Case], runner, tally: Tally) -> None:
@@ -670,9 +772,15 @@ def test_fuzz_sample_through_real_processes(bench: Bench, capsys):
     """The same checks through `python -m app.cli` processes: the in-process path is the real
     one (a FIFO must not block a real open, a traceback must not reach a real stderr)."""
     everything = answers_cases() + facts_cases() + env_cases(bench.tmp)
-    wanted = ("answers fifo", "facts dev-zero", "answers over-1MiB", "answers syntax 9",
-              "extensions[0].version traversal", "answers venv.user missing",
-              "env MLSETUP_DPKG_LOCK_TIMEOUT=nan")
+    wanted = (
+        "answers fifo",
+        "facts dev-zero",
+        "answers over-1MiB",
+        "answers syntax 9",
+        "extensions[0].version traversal",
+        "answers venv.user missing",
+        "env MLSETUP_DPKG_LOCK_TIMEOUT=nan",
+    )
     cases = [c for c in everything if any(w in c.name for w in wanted)]
     assert len(cases) >= len(wanted)
     tally = Tally()

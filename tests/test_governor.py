@@ -186,7 +186,10 @@ def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path)
     # leaves beside the build tree make the next run start only as many as really fit.
     lessons = tmp_path / "flash-attn-2.8.3.governor.json"
     first = Governor(
-        ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB, ramp_s=0.05,
+        ceiling=4,
+        budget_bytes=300 * MiB,
+        peak_job_bytes=8 * MiB,
+        ramp_s=0.05,
         lessons_file=lessons,
     )
     assert first.allowed == 4  # 300 MiB / 8 MiB, capped by the ceiling
@@ -204,8 +207,12 @@ def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path)
 
     events: list[Event] = []
     again = Governor(
-        events.append, ceiling=4, budget_bytes=300 * MiB, peak_job_bytes=8 * MiB,
-        ramp_s=0.05, lessons_file=lessons,
+        events.append,
+        ceiling=4,
+        budget_bytes=300 * MiB,
+        peak_job_bytes=8 * MiB,
+        ramp_s=0.05,
+        lessons_file=lessons,
     )
     assert again.allowed == 2  # (300 MiB - guard) / (the learned peak + 5%)
     (tmp_path / "two").mkdir()
@@ -237,8 +244,9 @@ GOOD = {"largest_peak": 5 << 20, "peaks": [5 << 20], "ramps": [1.0], "plateau": 
 def test_damaged_lessons_are_ignored_for_the_recipe_guess(tmp_path: Path, text: str) -> None:
     lessons = tmp_path / "flash-attn-2.8.3.governor.json"
     lessons.write_text(text)
-    gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB,
-                   lessons_file=lessons)
+    gov = Governor(
+        ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB, lessons_file=lessons
+    )
     gov.stop()
     assert Lessons.load(lessons) is None
     assert gov.allowed == 7  # (800 MiB - guard) / 100 MiB: the recipe's guess
@@ -248,8 +256,7 @@ def test_lessons_read_back_as_written(tmp_path: Path) -> None:
     path = tmp_path / "flash-attn-2.8.3.governor.json"
     path.write_text(json.dumps(GOOD))
     assert Lessons.load(path) == Lessons(5 << 20, (5 << 20,), (1.0,), 0.5)
-    gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB,
-                   lessons_file=path)
+    gov = Governor(ceiling=16, budget_bytes=800 * MiB, peak_job_bytes=100 * MiB, lessons_file=path)
     gov.stop()
     assert gov.allowed == 16  # 5 MiB jobs (+5%): as many as the ceiling allows
 
@@ -334,7 +341,10 @@ def test_watchdog_ends_the_parked_jobs_of_an_engine_that_takes_a_moment_to_die(
     record = tmp_path / "governed-build.json"
     engine = subprocess.run(
         [sys.executable, "-c", _LINGERING_ENGINE, str(record), str(linger)],
-        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
     )
     job_pid, watchdog_pid = (int(x) for x in engine.stdout.split())
     watchdog = psutil.Process(watchdog_pid)

@@ -111,9 +111,18 @@ def test_torch_releases_as_pypi_has_them():
     assert "3.13" in releases["2.5"].pythons
     pypi_cuda = {s: r.pypi_cuda for s, r in releases.items()}
     assert pypi_cuda == {
-        "2.15": "13.2", "2.14": "13.0", "2.13": "13.0", "2.12": "13.0", "2.11": "13.0",
-        "2.10": "12.8", "2.9": "12.8", "2.8": "12.8", "2.7": "12.6", "2.6": "12.4",
-        "2.5": "12.4", "2.4": "12.1",
+        "2.15": "13.2",
+        "2.14": "13.0",
+        "2.13": "13.0",
+        "2.12": "13.0",
+        "2.11": "13.0",
+        "2.10": "12.8",
+        "2.9": "12.8",
+        "2.8": "12.8",
+        "2.7": "12.6",
+        "2.6": "12.4",
+        "2.5": "12.4",
+        "2.4": "12.1",
     }
     cu130 = knowledge().torch.build("cu130")
     assert cu130.runs_on("7.5") and not cu130.runs_on("7.5", "aarch64")
@@ -168,26 +177,45 @@ def _plan_with_recipes(tmp_path: Path, files: dict[str, str | None]) -> subproce
     for name, text in files.items():
         if text is not None:
             (recipes / name).write_text(text)
-    return run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"),
-                   env={"MLSETUP_EXTENSIONS_DIR": str(recipes)})
+    return run_cli(
+        "plan",
+        "--facts",
+        str(MACHINES / "h200-ubuntu2404.json"),
+        env={"MLSETUP_EXTENSIONS_DIR": str(recipes)},
+    )
 
 
 BAD_RECIPES = {
     "typo": ("threds = 4", "flash-attn.threds", "unknown key"),
-    "wrong-type": ("threads = \"four\"", "flash-attn.threads", "integer"),
+    "wrong-type": ('threads = "four"', "flash-attn.threads", "integer"),
     "bool-threads": ("threads = true", "flash-attn.threads", "integer"),
     "bool-size": ("peak_job_gib = true", "flash-attn.peak_job_gib", "number"),
-    "flag-in-requires": ('build_requires = ["--index-url=http://evil"]',
-                         "flash-attn.build_requires", "requirement"),
-    "url-in-requires": ('build_requires = ["x @ http://evil/x.whl"]',
-                        "flash-attn.build_requires", "no URL"),
-    "reserved-variable": ('arch_variable = "LD_PRELOAD"', "flash-attn.arch_variable",
-                          "environment variable"),
-    "bad-arch-value": ('arch_map = { "9.0" = "90; rm -rf /" }', "flash-attn.arch_map",
-                       "text matching"),
+    "flag-in-requires": (
+        'build_requires = ["--index-url=http://evil"]',
+        "flash-attn.build_requires",
+        "requirement",
+    ),
+    "url-in-requires": (
+        'build_requires = ["x @ http://evil/x.whl"]',
+        "flash-attn.build_requires",
+        "no URL",
+    ),
+    "reserved-variable": (
+        'arch_variable = "LD_PRELOAD"',
+        "flash-attn.arch_variable",
+        "environment variable",
+    ),
+    "bad-arch-value": (
+        'arch_map = { "9.0" = "90; rm -rf /" }',
+        "flash-attn.arch_map",
+        "text matching",
+    ),
     "bad-requirement": ('requirement = "-e /tmp/x"', "flash-attn.requirement", "allowed"),
-    "bad-variant": ('[[flash-attn.variant]]\nversions = "not a spec"',
-                    "flash-attn.variant[1].versions", "PEP 440"),
+    "bad-variant": (
+        '[[flash-attn.variant]]\nversions = "not a spec"',
+        "flash-attn.variant[1].versions",
+        "PEP 440",
+    ),
 }
 
 
@@ -235,12 +263,22 @@ def test_an_operator_recipe_is_used_and_a_missing_named_directory_is_an_error(tm
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     (recipes / "mine.toml").write_text(mine)
-    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
-                  str(answers), env={"MLSETUP_EXTENSIONS_DIR": str(recipes)})
+    run = run_cli(
+        "plan",
+        "--facts",
+        str(MACHINES / "h200-ubuntu2404.json"),
+        "--answers",
+        str(answers),
+        env={"MLSETUP_EXTENSIONS_DIR": str(recipes)},
+    )
     assert run.returncode == 0, run.stderr
     assert "FLASH_ATTN_CUDA_ARCHS=90" in run.stdout
-    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"),
-                  env={"MLSETUP_EXTENSIONS_DIR": str(tmp_path / "missing")})
+    run = run_cli(
+        "plan",
+        "--facts",
+        str(MACHINES / "h200-ubuntu2404.json"),
+        env={"MLSETUP_EXTENSIONS_DIR": str(tmp_path / "missing")},
+    )
     assert run.returncode == 2 and "MLSETUP_EXTENSIONS_DIR" in run.stderr
     assert "an existing directory" in run.stderr
 

@@ -30,8 +30,9 @@ version = "2.8.3"
 
 
 def plan_for(machine, answers_toml: str = "", venv: VenvState | None = None, lock=None):
-    return make_plan(load_facts(machine), answers_from_toml(answers_toml, "test.toml"), venv,
-                     lock=lock)
+    return make_plan(
+        load_facts(machine), answers_from_toml(answers_toml, "test.toml"), venv, lock=lock
+    )
 
 
 def backend_of(plan) -> str:
@@ -73,7 +74,10 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
         assert pkg in actions["prerequisites"].argv
     assert actions["source"].argv[-1] == "flash-attn==2.8.3"
     assert actions["install"].argv[-3:] == [
-        "--find-links", "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels", "flash-attn==2.8.3"]
+        "--find-links",
+        "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels",
+        "flash-attn==2.8.3",
+    ]
     assert "flash_attn_func" in actions["smoke"].argv[-1]
 
     assert backend_of(plan) == "cu128"
@@ -106,9 +110,14 @@ def test_h200_with_finished_venv_has_nothing_to_do():
         packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3", "ninja": "1.13.2"},
         torch_cuda="13.0",
     )
-    lock = Lock(text="torch==2.14.1+cu130\nninja==1.13.2\n", python="3.12",
-                platform="x86_64-manylinux_2_35", build="cu130", key="k",
-                packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"})
+    lock = Lock(
+        text="torch==2.14.1+cu130\nninja==1.13.2\n",
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+        build="cu130",
+        key="k",
+        packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
+    )
     plan = plan_for(H200, FLASH_ATTN, venv, lock)
     assert [s.status for s in plan.steps] == ["satisfied"] * 4
     assert plan.actions == []
@@ -208,15 +217,22 @@ def test_small_disk_and_memory_ceiling(tmp_path):
 def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
     facts = load_facts(H200)
     answers = answers_from_toml(FLASH_ATTN, "t")
-    venv = VenvState(path="/root/ml-env", python_version="3.12.3",
-                     packages={"torch": "2.11.0+cu130"}, torch_cuda="13.0")
+    venv = VenvState(
+        path="/root/ml-env",
+        python_version="3.12.3",
+        packages={"torch": "2.11.0+cu130"},
+        torch_cuda="13.0",
+    )
     (key,) = wanted_wheels(choose(facts, answers), venv)
     assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
     plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
     ids = [a.id for a in plan.step("extensions").actions]
     assert ids == ["extensions.flash-attn.install-wheel", "extensions.flash-attn.smoke"]
     assert plan.step("extensions").actions[0].argv[-3:] == [
-        "--find-links", "/shared/wheels/" + key, "flash-attn==2.8.3"]
+        "--find-links",
+        "/shared/wheels/" + key,
+        "flash-attn==2.8.3",
+    ]
     assert "from wheels built earlier" in plan.step("extensions").reason
 
 
@@ -298,8 +314,10 @@ def test_h200_with_driver_580_and_auto_everywhere_plans_torch_2_15_cu130():
     [
         ({"id": "ubuntu", "version_id": "26.04", "codename": "resolute"}, "ubuntu2604/x86_64"),
         ({"id": "debian", "version_id": "13", "codename": "trixie"}, "debian13/x86_64"),
-        ({"id": "debian", "version_id": "13", "codename": "trixie", "arch": "aarch64"},
-         "debian13/sbsa"),
+        (
+            {"id": "debian", "version_id": "13", "codename": "trixie", "arch": "aarch64"},
+            "debian13/sbsa",
+        ),
     ],
 )
 def test_ubuntu_26_04_and_debian_13_fresh_boxes_plan_nvidias_repo(tmp_path, os_fields, repo):
@@ -321,8 +339,9 @@ def test_debian_secure_boot_enrolls_dkms_own_key(tmp_path):
     facts = _machine(tmp_path, FRESH, "debian13", id="debian", version_id="13")
     reason = plan_for(facts).step("driver").reason
     assert "mokutil --import /var/lib/dkms/mok.pub" in reason
-    assert "mokutil --import /var/lib/shim-signed/mok/MOK.der" in plan_for(FRESH).step(
-        "driver").reason
+    assert (
+        "mokutil --import /var/lib/shim-signed/mok/MOK.der" in plan_for(FRESH).step("driver").reason
+    )
 
 
 def test_v100_box_never_plans_a_branch_past_580(tmp_path):
@@ -392,8 +411,10 @@ def test_mamba_arch_list_depends_on_its_release_and_on_nvcc(tmp_path):
     # it hard-codes nvcc --threads 4: NVCC_THREADS would do nothing, so none is set
     assert "NVCC_THREADS" not in build.env
     b300 = {"name": "NVIDIA B300 SXM6 AC", "pci_device_id": "0x3182", "compute_capability": "10.3"}
-    choices = choose(load_facts(_machine(tmp_path, FRESH, "b300", b300)),
-                     answers_from_toml(_mamba("2.3.2"), "t.toml"))
+    choices = choose(
+        load_facts(_machine(tmp_path, FRESH, "b300", b300)),
+        answers_from_toml(_mamba("2.3.2"), "t.toml"),
+    )
     (target,) = choices.build_targets
     assert choices.cuda.startswith("13.") and target.recipe.arch_map["10.3"] == "103"
     assert target.recipe.threads == 4 and target.recipe.peak_job_gib == 6.0

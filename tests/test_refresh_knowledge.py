@@ -46,8 +46,12 @@ def test_the_assets_agree_with_pypi_as_recorded(capsys):
 
 
 def _wheel(version: str, py: str, machine: str = "x86_64") -> dict:
-    return {"filename": f"torch-{version}-cp{py}-cp{py}-manylinux_2_28_{machine}.whl",
-            "requires_python": ">=3.11", "upload_time": "2026-12-09T15:00:00", "yanked": False}
+    return {
+        "filename": f"torch-{version}-cp{py}-cp{py}-manylinux_2_28_{machine}.whl",
+        "requires_python": ">=3.11",
+        "upload_time": "2026-12-09T15:00:00",
+        "yanked": False,
+    }
 
 
 def test_a_new_series_new_python_tags_and_a_new_extension_release_are_reported(capsys):
@@ -61,18 +65,29 @@ def test_a_new_series_new_python_tags_and_a_new_extension_release_are_reported(c
     for f in torch["2.14.2"]:
         f["requires_python"] = ">=3.10"
     responses["flash-attn"]["releases"]["2.8.4"] = [
-        {"filename": "flash_attn-2.8.4.tar.gz", "upload_time": "2026-12-10T00:00:00",
-         "yanked": False}]
+        {
+            "filename": "flash_attn-2.8.4.tar.gz",
+            "upload_time": "2026-12-10T00:00:00",
+            "yanked": False,
+        }
+    ]
     code, out = run(responses, capsys)
     assert code == 1
     new = next(line for line in out if line.startswith("torch 2.16:"))
     assert "2.16.0 (uploaded 2026-12-09) is on PyPI but not in assets/torch.toml" in new
     assert "'3.11', '3.12', '3.13', '3.14', '3.15'" in new and ">=3.11" in new
     assert "torch==2.16.0" in new  # how to read its pypi_cuda
-    assert any(line.startswith("torch 2.14: PyPI has Linux wheels of 2.14.2 for Python 3.10, "
-                               "3.11, 3.12, 3.13, 3.14, 3.15;") for line in out)
-    assert any(line.startswith("flash-attn: PyPI has 2.8.4; the recipe was checked against "
-                               "2.8.3.post2") for line in out)
+    assert any(
+        line.startswith(
+            "torch 2.14: PyPI has Linux wheels of 2.14.2 for Python 3.10, "
+            "3.11, 3.12, 3.13, 3.14, 3.15;"
+        )
+        for line in out
+    )
+    assert any(
+        line.startswith("flash-attn: PyPI has 2.8.4; the recipe was checked against 2.8.3.post2")
+        for line in out
+    )
     assert not any("3.16" in line for line in out)
 
 
@@ -102,10 +117,20 @@ def test_no_network_or_no_json_api_is_said_not_a_traceback(capsys, answer):
 
 def test_the_tool_runs_as_a_script_without_a_network(tmp_path):
     # a proxy that refuses every connection: the real urllib path, offline
-    env = {"PATH": "/usr/bin:/bin", "https_proxy": "http://127.0.0.1:9",
-           "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
-    out = subprocess.run([sys.executable, str(REPO / "tools" / "refresh_knowledge.py"),
-                          "--timeout", "5"], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "https_proxy": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "no_proxy": "",
+        "NO_PROXY": "",
+    }
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "refresh_knowledge.py"), "--timeout", "5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert out.returncode == 3, out.stdout + out.stderr
     assert "cannot read PyPI, nothing was checked" in out.stdout and not out.stderr

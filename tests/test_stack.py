@@ -26,13 +26,19 @@ PYTHON = "{}.{}".format(*sys.version_info[:2])
 RTX_PRO_6000 = "0x2bb1"  # compute capability 12.0 (assets/gpus.toml)
 
 
-def write_answers(server: FakeServer, index: PackageIndex | None, packages: list[str],
-                  torch: str = "", venv: str = "") -> None:
+def write_answers(
+    server: FakeServer,
+    index: PackageIndex | None,
+    packages: list[str],
+    torch: str = "",
+    venv: str = "",
+) -> None:
     url = index.torch_url if index else "https://pypi.org/simple"
     server.answers.write_text(
         f'version = 1\n[venv]\npath = "~/ml-env"\n{venv}\n'
         f'[torch]\nindex_url = "{url}"\npackages = {json.dumps(packages)}\n{torch}\n'
-        '[reboot]\npolicy = "never"\n')
+        '[reboot]\npolicy = "never"\n'
+    )
 
 
 def setup(server: FakeServer, gpu: str | None = "0x2335") -> PackageIndex:
@@ -68,8 +74,11 @@ def action(plan: dict, action_id: str) -> dict:
 
 
 def toolkits(plan: dict) -> list[str]:
-    return [a["argv"][-1] for a in step(plan, "toolkit")["actions"]
-            if a["id"].startswith("toolkit.install")]
+    return [
+        a["argv"][-1]
+        for a in step(plan, "toolkit")["actions"]
+        if a["id"].startswith("toolkit.install")
+    ]
 
 
 def started(server: FakeServer) -> list[str]:
@@ -77,7 +86,8 @@ def started(server: FakeServer) -> list[str]:
 
 
 def test_a_pinning_package_moves_torch_and_the_toolkit_before_anything_is_installed(
-        server: FakeServer):
+    server: FakeServer,
+):
     index = setup(server)  # an H200 whose driver runs CUDA 13.0: cu130 would be the first choice
     write_answers(server, index, ["vllmish"])
 
@@ -96,7 +106,7 @@ def test_a_pinning_package_moves_torch_and_the_toolkit_before_anything_is_instal
     # resolved first (cu130 tried and refused), then the toolkit the lock's torch needs
     resolves = [a for a in order if a.startswith("venv.resolve")]
     assert resolves[0] == "venv.resolve-cu130" and resolves[-1] == "venv.resolve-cu128"
-    assert order[:len(resolves)] == resolves
+    assert order[: len(resolves)] == resolves
     assert "toolkit.install-12.8" in order and "toolkit.install-13.0" not in order
     assert "apt-get cuda-toolkit-12-8" in server.commands()
     venv = probe_venv(RootFS(server.root), str(server.venv))
@@ -128,8 +138,12 @@ def test_a_package_that_forces_an_impossible_torch_exits_2_naming_it(server: Fak
 
     plan = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
     assert plan.returncode == 2, plan.stdout + plan.stderr
-    for words in ("oldpin requires torch==2.6.0", "torch 2.6 is built for cu118, cu124, cu126",
-                  "compute capability 12.0", "What would: a release of oldpin"):
+    for words in (
+        "oldpin requires torch==2.6.0",
+        "torch 2.6 is built for cu118, cu124, cu126",
+        "compute capability 12.0",
+        "What would: a release of oldpin",
+    ):
         assert words in plan.stderr
     assert "Traceback" not in plan.stderr
 
@@ -160,8 +174,9 @@ def test_an_exact_pin_stays_exact(server: FakeServer):
     assert lock["torch"] == "2.8.0+cu128"
     assert lock["decided_by"][0] == "torch.version ==2.8.0"
 
-    offline = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
-                      str(server.answers))
+    offline = run_cli(
+        "plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers", str(server.answers)
+    )
     assert offline.returncode == 0, offline.stderr
     assert "the resolution happens at apply" in offline.stdout
     assert "torch==2.8.0" in offline.stdout and "2.8.*" not in offline.stdout
@@ -170,8 +185,9 @@ def test_an_exact_pin_stays_exact(server: FakeServer):
 def test_a_python_the_torch_release_lacks_is_exit_2(tmp_path: Path):
     answers = tmp_path / "a.toml"
     answers.write_text('version = 1\n[venv]\npython = "3.9"\n[torch]\nversion = "==2.11.0"\n')
-    run = run_cli("plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers",
-                  str(answers))
+    run = run_cli(
+        "plan", "--facts", str(MACHINES / "h200-ubuntu2404.json"), "--answers", str(answers)
+    )
     assert run.returncode == 2
     assert "venv.python = '3.9'" in run.stderr and "torch 2.11" in run.stderr
     assert "3.10, 3.11, 3.12, 3.13, 3.14" in run.stderr and "Traceback" not in run.stderr
@@ -223,8 +239,9 @@ def test_pypi_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(server:
     setup(server)  # an H200 with a 580 driver: cu130 would be the first choice
     write_answers(server, None, ["vllm==0.11.2"])
     cache = server.base / "uv-cache"
-    run = server.mlsetup("plan", "--answers", str(server.answers), "--json",
-                         UV_CACHE_DIR=str(cache), timeout=600)
+    run = server.mlsetup(
+        "plan", "--answers", str(server.answers), "--json", UV_CACHE_DIR=str(cache), timeout=600
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     plan = json.loads(run.stdout)
     assert plan["lock"] is not None, f"PyPI could not be reached: {plan['warnings']}"
@@ -234,18 +251,20 @@ def test_pypi_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(server:
     assert not list(cache.rglob("*.whl")), "the resolution downloaded wheels"
 
 
-def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(
-        server: FakeServer):
+def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(server: FakeServer):
     """An offline machine with torch in its venv already (an image): resolving cannot reach the
     index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
     index = setup(server, gpu=None)
     write_answers(server, index, ["helper"], torch='version = "==2.11.*"')
-    assert server.mlsetup("apply", "--answers", str(server.answers),
-                          **env(index)).returncode == 0
-    server.answers.write_text(server.answers.read_text().replace(
-        index.torch_url, "http://127.0.0.1:9/{build}"))  # a closed port: nothing answers
-    offline = {"UV_DEFAULT_INDEX": "http://127.0.0.1:9/pypi", "UV_HTTP_RETRIES": "0",
-               "UV_NO_CACHE": "1"}
+    assert server.mlsetup("apply", "--answers", str(server.answers), **env(index)).returncode == 0
+    server.answers.write_text(
+        server.answers.read_text().replace(index.torch_url, "http://127.0.0.1:9/{build}")
+    )  # a closed port: nothing answers
+    offline = {
+        "UV_DEFAULT_INDEX": "http://127.0.0.1:9/pypi",
+        "UV_HTTP_RETRIES": "0",
+        "UV_NO_CACHE": "1",
+    }
     run = server.mlsetup("apply", "--answers", str(server.answers), **offline)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "kept as it is, unlocked" in run.stdout and server.report()["ran"] == []

@@ -36,9 +36,16 @@ SECRET = b"root:$y$j9T$only-root-may-read-this:20000:0:99999:7:::\n"
 
 def as_account(code: str, *args: str, uid: int = USER_UID) -> subprocess.Popen:
     """Python `code` run by the account `uid` (no group of root's), started now."""
-    return subprocess.Popen([USER_PYTHON, "-c", code, *args], user=uid, group=uid,
-                            extra_groups=[], cwd="/", stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [USER_PYTHON, "-c", code, *args],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def by_account(code: str, *args: str, uid: int = USER_UID) -> str:
@@ -165,6 +172,7 @@ def test_a_wheelhouse_other_accounts_can_write_is_refused_with_the_reason(server
 
 # -- (c) a version that walks out of the build root ----------------------------------------------
 
+
 @pytest.mark.parametrize("victim", ["etc/cron.d", "etc/made-by-mlsetup"])
 def test_a_version_with_dot_dots_creates_or_chowns_nothing_outside_the_build_root(
     server: FakeServer, victim: str
@@ -178,8 +186,9 @@ def test_a_version_with_dot_dots_creates_or_chowns_nothing_outside_the_build_roo
     server.machine.driver_loaded("580.105.08")
     server.write_answers()
     version = f"0.1.0/../../../../../{victim}"
-    server.answers.write_text(server.answers.read_text().replace(
-        'version = "0.1.0"', f'version = "{version}"'))
+    server.answers.write_text(
+        server.answers.read_text().replace('version = "0.1.0"', f'version = "{version}"')
+    )
     run = apply(server)
     assert run.returncode in (1, 2), run.stdout  # refused: by the fs ops or by validation
     assert "Traceback" not in run.stdout + run.stderr
@@ -237,14 +246,19 @@ else:  # 3 GiB, sparse: nothing for the account to pay, all for a reader that re
 """
 
 
-def _run_measured(server: FakeServer, *args: str,
-                  timeout: float) -> tuple[int, float, int, str, str]:
+def _run_measured(
+    server: FakeServer, *args: str, timeout: float
+) -> tuple[int, float, int, str, str]:
     """mlsetup's exit code, wall seconds, peak RSS (KiB, its own process's), stdout, stderr."""
     out, err = server.base / "plan.out", server.base / "plan.err"
     with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args, "--root",
-                                 str(server.root)], stdout=stdout, stderr=stderr,
-                                env=server.env(), cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args, "--root", str(server.root)],
+            stdout=stdout,
+            stderr=stderr,
+            env=server.env(),
+            cwd=REPO,
+        )
     start = time.monotonic()
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -256,8 +270,13 @@ def _run_measured(server: FakeServer, *args: str,
             pytest.fail(f"mlsetup {' '.join(args)} still running after {timeout}s")
         time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return (proc.returncode, time.monotonic() - start, usage.ru_maxrss, out.read_text(),
-            err.read_text())
+    return (
+        proc.returncode,
+        time.monotonic() - start,
+        usage.ru_maxrss,
+        out.read_text(),
+        err.read_text(),
+    )
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
@@ -268,7 +287,8 @@ def test_a_venv_file_that_never_ends_leaves_plan_prompt_and_small(
     python = "{}.{}".format(*sys.version_info[:2])
     by_account(PLANT_IN_VENV, str(server.venv), python, which, kind)
     code, elapsed, rss_kib, out, err = _run_measured(
-        server, "plan", "--answers", str(server.answers), "--json", timeout=60)
+        server, "plan", "--answers", str(server.answers), "--json", timeout=60
+    )
     assert code == 0, out + err
     plan = json.loads(out)
     venv = next(s for s in plan["steps"] if s["name"] == "venv")
@@ -346,8 +366,12 @@ time.sleep(600)
 @needs_root
 def test_jobserver_directories_of_dead_engines_are_removed_at_the_next_start(tmp_path: Path):
     runtime = tmp_path / "run"
-    dead = subprocess.Popen([sys.executable, "-c", DEAD_GOVERNOR, str(runtime)],
-                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    dead = subprocess.Popen(
+        [sys.executable, "-c", DEAD_GOVERNOR, str(runtime)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     assert dead.stdout is not None
     dead_fifo = Path(dead.stdout.readline().strip().split("fifo:", 1)[1])
     assert dead_fifo.exists()
@@ -364,6 +388,7 @@ def test_jobserver_directories_of_dead_engines_are_removed_at_the_next_start(tmp
 
 
 # -- the governor's lessons ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["fifo", "link", "huge"])
 def test_lessons_that_are_not_a_small_file_of_roots_are_a_guess(tmp_path: Path, kind: str):
@@ -387,4 +412,3 @@ def test_open_dir_refuses_a_link_with_a_reason(tmp_path: Path):
         open_dir(tmp_path / "link")
     assert str(caught.value) == f"{tmp_path / 'link'}: is a symbolic link"
     assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
-

@@ -32,14 +32,21 @@ def test_system_certificates_unless_the_operator_chose(tmp_path):
 
 
 def test_pips_index_becomes_uvs_when_uv_has_none(tmp_path):
-    root = _root(tmp_path, {"etc/pip.conf": "[global]\nindex-url = https://mirror.corp/simple\n"
-                            "extra-index-url = https://a.corp/simple\n  https://b.corp/simple\n"})
+    root = _root(
+        tmp_path,
+        {
+            "etc/pip.conf": "[global]\nindex-url = https://mirror.corp/simple\n"
+            "extra-index-url = https://a.corp/simple\n  https://b.corp/simple\n"
+        },
+    )
     env = uv_environment({}, root)
     assert env["UV_DEFAULT_INDEX"] == "https://mirror.corp/simple"
     assert env["UV_INDEX"] == "https://a.corp/simple https://b.corp/simple"
     # PIP_INDEX_URL wins over pip.conf, as it does for pip
-    assert uv_environment({"PIP_INDEX_URL": "https://env.corp/simple"}, root)[
-        "UV_DEFAULT_INDEX"] == "https://env.corp/simple"
+    assert (
+        uv_environment({"PIP_INDEX_URL": "https://env.corp/simple"}, root)["UV_DEFAULT_INDEX"]
+        == "https://env.corp/simple"
+    )
     # uv's own settings win: a UV_* index, or a system uv.toml (uv reads it itself)
     assert "UV_DEFAULT_INDEX" not in uv_environment({"UV_INDEX_URL": "https://u/simple"}, root)
     _root(tmp_path, {"etc/uv/uv.toml": '[[index]]\nurl = "https://uv.corp/simple"\n'})
@@ -47,8 +54,11 @@ def test_pips_index_becomes_uvs_when_uv_has_none(tmp_path):
 
 
 def test_a_broken_or_hostile_pip_conf_is_ignored(tmp_path):
-    for text in ("not an ini file", "[global]\nindex-url = --extra-index-url=evil\n",
-                 "[global]\nindex-url = https://x\u0000y\n"):
+    for text in (
+        "not an ini file",
+        "[global]\nindex-url = --extra-index-url=evil\n",
+        "[global]\nindex-url = https://x\u0000y\n",
+    ):
         root = _root(tmp_path / str(abs(hash(text))), {"etc/pip.conf": text})
         assert "UV_DEFAULT_INDEX" not in uv_environment({}, root)
     fifo_root = tmp_path / "fifo"
@@ -58,13 +68,18 @@ def test_a_broken_or_hostile_pip_conf_is_ignored(tmp_path):
 
 
 def test_proxies_and_index_settings_are_carried_across_the_detached_start():
-    operator = {"ALL_PROXY": "socks5://p:1080", "UV_DEFAULT_INDEX": "https://m/simple",
-                "PIP_INDEX_URL": "https://m/simple", "UV_SYSTEM_CERTS": "false",
-                "SSH_AUTH_SOCK": "x"}
+    operator = {
+        "ALL_PROXY": "socks5://p:1080",
+        "UV_DEFAULT_INDEX": "https://m/simple",
+        "PIP_INDEX_URL": "https://m/simple",
+        "UV_SYSTEM_CERTS": "false",
+        "SSH_AUTH_SOCK": "x",
+    }
     carried = carried_environment(operator)
     assert "ALL_PROXY" in CARRIED and "SSH_AUTH_SOCK" not in carried
     assert {k: carried[k] for k in operator if k != "SSH_AUTH_SOCK"} == {
-        k: v for k, v in operator.items() if k != "SSH_AUTH_SOCK"}
+        k: v for k, v in operator.items() if k != "SSH_AUTH_SOCK"
+    }
 
 
 class _Index(http.server.BaseHTTPRequestHandler):
@@ -86,15 +101,27 @@ def test_real_uv_asks_the_mirror_from_pip_conf(tmp_path):
         url = f"http://127.0.0.1:{server.server_port}/simple"
         root = _root(tmp_path / "root", {"etc/pip.conf": f"[global]\nindex-url = {url}\n"})
         runner = Runner(RootFS(root), lambda event: None, base_path=PATH, environ={"PATH": PATH})
-        action = Action(id="venv.probe", title="resolve through the operator's mirror",
-                        argv=["uv", "pip", "install", "--dry-run", "--python", sys.executable,
-                              "mlsetup-no-such-package"],
-                        env={"UV_CACHE_DIR": str(tmp_path / "cache"), "UV_OFFLINE": "0"})
+        action = Action(
+            id="venv.probe",
+            title="resolve through the operator's mirror",
+            argv=[
+                "uv",
+                "pip",
+                "install",
+                "--dry-run",
+                "--python",
+                sys.executable,
+                "mlsetup-no-such-package",
+            ],
+            env={"UV_CACHE_DIR": str(tmp_path / "cache"), "UV_OFFLINE": "0"},
+        )
         env = runner.environment(action, None)
         assert env["UV_SYSTEM_CERTS"] == "true" and env["UV_DEFAULT_INDEX"] == url
         result = runner.run(action, tmp_path / "log")
         assert result.exit_code != 0  # the package does not exist on the mirror
         assert any(p.startswith("/simple/mlsetup-no-such-package") for p in _Index.seen), (
-            _Index.seen, result.tail)
+            _Index.seen,
+            result.tail,
+        )
     finally:
         server.shutdown()

@@ -82,7 +82,7 @@ def final_releases(data: dict) -> dict[Version, list[dict]]:
 
 
 def linux_pythons(files: list[dict]) -> list[str]:
-    """"3.12" for each cp312 Linux wheel (free-threaded cp313t builds are not counted)."""
+    """ "3.12" for each cp312 Linux wheel (free-threaded cp313t builds are not counted)."""
     found = set()
     for f in files:
         m = WHEEL_PYTHON.search(str(f.get("filename", "")))
@@ -151,15 +151,17 @@ def recipe_findings(name: str, package: str, checked: str, data: dict) -> list[s
 def findings(fetch: Fetch, pypi: str) -> list[str]:
     out = torch_findings(project(fetch, pypi, "torch"))
     for name, recipe in knowledge().extensions.items():
-        out += recipe_findings(name, recipe.package, recipe.checked,
-                               project(fetch, pypi, recipe.package))
+        out += recipe_findings(
+            name, recipe.package, recipe.checked, project(fetch, pypi, recipe.package)
+        )
     return out
 
 
 def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pypi", default="https://pypi.org", help="PyPI (or a mirror with "
-                        "its JSON API)")
+    parser.add_argument(
+        "--pypi", default="https://pypi.org", help="PyPI (or a mirror with its JSON API)"
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per request")
     args = parser.parse_args(argv)
     try:
@@ -170,8 +172,10 @@ def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
     for line in found:
         print(line)
     if not found:
-        print("assets/ agree with PyPI: no new torch series, Python tags and Requires-Python "
-              "match, every recipe was checked against the newest release")
+        print(
+            "assets/ agree with PyPI: no new torch series, Python tags and Requires-Python "
+            "match, every recipe was checked against the newest release"
+        )
     return EXIT_FINDINGS if found else 0
 
 

@@ -135,8 +135,12 @@ class Session:
             return make_plan(self.facts, self.answers)
         choices = self.choices()
         venv = probe_venv(self.fs, choices.venv_path)
-        wheels = find_wheels(self.fs, self.answers.build.wheelhouse, wanted_wheels(choices, venv),
-                             choices.owner.run_as)
+        wheels = find_wheels(
+            self.fs,
+            self.answers.build.wheelhouse,
+            wanted_wheels(choices, venv),
+            choices.owner.run_as,
+        )
         return make_plan(self.facts, self.answers, venv, wheels)
 
     @property

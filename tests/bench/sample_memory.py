@@ -27,8 +27,10 @@ def _sample(out: TextIO, objects: Path | None) -> None:
         vm = psutil.virtual_memory()
         names = [p.info["name"] for p in psutil.process_iter(["name"])]
         count = sum(1 for _ in objects.rglob("*.o")) if objects and objects.exists() else 0
-        out.write(f"{int(time.time())} {vm.available // 1024} {(vm.total - vm.available) // 1024} "
-                  f"{names.count('cicc')} {names.count('ptxas')} {count}\n")
+        out.write(
+            f"{int(time.time())} {vm.available // 1024} {(vm.total - vm.available) // 1024} "
+            f"{names.count('cicc')} {names.count('ptxas')} {count}\n"
+        )
         time.sleep(1)
 
 

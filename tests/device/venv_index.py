@@ -45,8 +45,12 @@ def rewheel(site: Path, info: Path, out: Path) -> Path | None:
     with (info / "RECORD").open() as f, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zf:
         for row in csv.reader(f):
             rel = row[0] if row else ""
-            if (not rel or rel.startswith("..") or "__pycache__" in rel
-                    or (rel.startswith(info.name + "/") and rel.split("/")[-1] in SKIP)):
+            if (
+                not rel
+                or rel.startswith("..")
+                or "__pycache__" in rel
+                or (rel.startswith(info.name + "/") and rel.split("/")[-1] in SKIP)
+            ):
                 continue
             path = site / rel
             if not path.is_file():
@@ -61,14 +65,19 @@ def rewheel(site: Path, info: Path, out: Path) -> Path | None:
 
 def write_index(out: Path) -> None:
     for project in sorted(p for p in out.iterdir() if p.is_dir()):
-        links = [f'<a href="{w.name.replace("+", "%2B")}#sha256='
-                 f'{hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a><br>'
-                 for w in sorted(project.glob("*.whl"))]
+        links = [
+            f'<a href="{w.name.replace("+", "%2B")}#sha256='
+            f'{hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a><br>'
+            for w in sorted(project.glob("*.whl"))
+        ]
         page = "<html><body>\n" + "\n".join(links) + "\n</body></html>\n"
         (project / "index.html").write_text(page)
     names = sorted(p.name for p in out.iterdir() if p.is_dir())
-    (out / "index.html").write_text("<html><body>\n" + "".join(
-        f'<a href="{n}/">{n}</a><br>\n' for n in names) + "</body></html>\n")
+    (out / "index.html").write_text(
+        "<html><body>\n"
+        + "".join(f'<a href="{n}/">{n}</a><br>\n' for n in names)
+        + "</body></html>\n"
+    )
 
 
 def main(venv: str, dest: str, carried: list[str]) -> None:

@@ -73,8 +73,13 @@ def boot(
     booted: list[Container] = []
 
     def start(name: str) -> Container:
-        container = Container(realhost_image, name, realhost_base / "containers", ssh_key,
-                              binds=(realhost_base / "shared",))
+        container = Container(
+            realhost_image,
+            name,
+            realhost_base / "containers",
+            ssh_key,
+            binds=(realhost_base / "shared",),
+        )
         booted.append(container)
         t0 = time.monotonic()
         container.start()
@@ -102,9 +107,20 @@ def mlsetup_wheel(realhost_base: Path) -> Path:
     dist = realhost_base / "shared" / "dist"
     tarball = Path(pack(REPO, realhost_base / "sdist")["tarball"])
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist),
-         str(tarball)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(dist),
+            str(tarball),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     TIMINGS["mlsetup wheel"] = time.monotonic() - t0
     (wheel,) = dist.glob("mlsetup-*.whl")

@@ -34,11 +34,16 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 REBOOT_EXIT = 133  # systemd-nspawn's exit code when the container rebooted
 BOOT_TIMEOUT = 90.0
 SSH_OPTIONS = (
-    "-o", "StrictHostKeyChecking=no",
-    "-o", "UserKnownHostsFile=/dev/null",
-    "-o", "BatchMode=yes",
-    "-o", "LogLevel=ERROR",
-    "-o", "ConnectTimeout=5",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=5",
 )
 
 
@@ -55,11 +60,15 @@ def why_not() -> str | None:
     """Why real-host tests cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "systemd-nspawn and debootstrap need root (CI runs the suite as root)"
-    for program, package in (("debootstrap", "debootstrap"),
-                             ("systemd-nspawn", "systemd-container"), ("ssh", "openssh-client")):
+    for program, package in (
+        ("debootstrap", "debootstrap"),
+        ("systemd-nspawn", "systemd-container"),
+        ("ssh", "openssh-client"),
+    ):
         if tool(program) is None:
-            return (f"{program} is not installed "
-                    f"(apt-get install {package}; tests/run.sh does as root)")
+            return (
+                f"{program} is not installed (apt-get install {package}; tests/run.sh does as root)"
+            )
     return None
 
 
@@ -100,9 +109,18 @@ def build_image(log: Path | None = None) -> tuple[Path, float]:
         out = (log or work / "debootstrap.log").open("ab")
         with out:
             done = subprocess.run(
-                [str(tool("debootstrap")), "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                 SUITE, str(work / "root"), mirror],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=1500,
+                [
+                    str(tool("debootstrap")),
+                    "--variant=minbase",
+                    f"--include={','.join(PACKAGES)}",
+                    SUITE,
+                    str(work / "root"),
+                    mirror,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=1500,
             )
         if done.returncode != 0:
             tail = (log or work / "debootstrap.log").read_text(errors="replace")[-2000:]
@@ -128,8 +146,9 @@ def free_port() -> int:
 class Container:
     """One booted copy of the image: `ssh()` runs a command in it as root over real SSH."""
 
-    def __init__(self, image: Path, name: str, base: Path, key: Path,
-                 binds: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self, image: Path, name: str, base: Path, key: Path, binds: tuple[Path, ...] = ()
+    ) -> None:
         self.image = image
         self.name = name
         self.base = base / name
@@ -149,10 +168,17 @@ class Container:
         for sub in ("upper", "work", "merged"):
             (self.base / sub).mkdir(parents=True)
         subprocess.run(
-            ["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={self.image},upperdir={self.base}/upper,workdir={self.base}/work",
-             str(self.root)],
-            check=True, capture_output=True,
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={self.image},upperdir={self.base}/upper,workdir={self.base}/work",
+                str(self.root),
+            ],
+            check=True,
+            capture_output=True,
         )
         self._configure()
         self._keeper = threading.Thread(target=self._keep_booted, daemon=True)
@@ -179,9 +205,17 @@ class Container:
         (self.root / "root/.cache/pip").mkdir(parents=True, exist_ok=True)
 
     def _argv(self) -> list[str]:
-        argv = [str(tool("systemd-nspawn")), "-D", str(self.root), "-b", "--register=no",
-                "--keep-unit", f"--machine={self.name}", "--console=read-only",
-                f"--bind={CACHE / 'pip'}:/root/.cache/pip"]
+        argv = [
+            str(tool("systemd-nspawn")),
+            "-D",
+            str(self.root),
+            "-b",
+            "--register=no",
+            "--keep-unit",
+            f"--machine={self.name}",
+            "--console=read-only",
+            f"--bind={CACHE / 'pip'}:/root/.cache/pip",
+        ]
         argv += [f"--bind={path}" for path in self.binds]  # the same path inside
         return argv
 
@@ -189,8 +223,9 @@ class Container:
         with self.console.open("ab") as console:
             while not self._stopping.is_set():
                 self.boots += 1
-                self._proc = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL,
-                                              stdout=console, stderr=subprocess.STDOUT)
+                self._proc = subprocess.Popen(
+                    self._argv(), stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT
+                )
                 if self._proc.wait() != REBOOT_EXIT:
                     return
 
@@ -203,8 +238,10 @@ class Container:
             if ready.returncode == 0 or ready.stdout.strip() in ("running", "degraded"):
                 return
             if time.monotonic() > deadline:
-                raise CannotBoot(f"{self.name}: no SSH after {timeout:.0f}s:\n{ready.stderr}\n"
-                                 f"{self.console_tail()}")
+                raise CannotBoot(
+                    f"{self.name}: no SSH after {timeout:.0f}s:\n{ready.stderr}\n"
+                    f"{self.console_tail()}"
+                )
             time.sleep(0.5)
 
     def reboot(self) -> None:
@@ -253,23 +290,48 @@ class Container:
     # -- using it -----------------------------------------------------------------------------
 
     def ssh_argv(self, command: str) -> list[str]:
-        return ["ssh", "-i", str(self.key), "-p", str(self.port), *SSH_OPTIONS,
-                "root@127.0.0.1", command]
+        return [
+            "ssh",
+            "-i",
+            str(self.key),
+            "-p",
+            str(self.port),
+            *SSH_OPTIONS,
+            "root@127.0.0.1",
+            command,
+        ]
 
-    def ssh(self, command: str, timeout: float = 300, check: bool = True,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def ssh(
+        self,
+        command: str,
+        timeout: float = 300,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
         """A shell command line on the container, with `env` set for it."""
         command = with_env(command, env)
-        done = subprocess.run(self.ssh_argv(command), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            self.ssh_argv(command),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if check and done.returncode != 0:
-            raise AssertionError(f"{self.name}$ {command}\nexit {done.returncode}\n"
-                                 f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+            raise AssertionError(
+                f"{self.name}$ {command}\nexit {done.returncode}\n"
+                f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+            )
         return done
 
     def ssh_popen(self, command: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        return subprocess.Popen(self.ssh_argv(with_env(command, env)), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            self.ssh_argv(with_env(command, env)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def with_env(command: str, env: dict[str, str] | None) -> str:
@@ -281,6 +343,8 @@ def with_env(command: str, env: dict[str, str] | None) -> str:
 
 def make_key(directory: Path) -> Path:
     key = directory / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mlsetup-tests",
-                    "-f", str(key)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mlsetup-tests", "-f", str(key)],
+        check=True,
+    )
     return key

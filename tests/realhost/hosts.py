@@ -51,8 +51,9 @@ def write_answers(server: FakeServer, **kwargs: str) -> None:
     server.write_answers(**kwargs)
     text = server.answers.read_text()
     version = "{}.{}".format(*sys.version_info[:2])
-    server.answers.write_text(text.replace(f'python = "{version}"',
-                                           f'python = "{CONTAINER_PYTHON_VERSION}"'))
+    server.answers.write_text(
+        text.replace(f'python = "{version}"', f'python = "{CONTAINER_PYTHON_VERSION}"')
+    )
 
 
 def container_env(server: FakeServer, **extra: str) -> dict[str, str]:

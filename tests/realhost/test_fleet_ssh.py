@@ -86,24 +86,43 @@ class SshFleet:
                 "mlsetup_environment": container_env(server),
                 "fake_bin": str(server.bin),
             }
-        return {"all": {"children": {"gpu_servers": {"hosts": hosts, "vars": {
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "mlsetup_dist_dir": str(self.base / "dist"),
-            "mlsetup_reboot_tasks": str(REPO / "tests/realhost/reboot_container.yml"),
-            "mlsetup_wheelhouse_sync": str(self.controller / "wheelhouse"),
-            "mlsetup_reports_dir": str(self.controller / "reports"),
-            "mlsetup_plans_dir": str(self.controller / "plans"),
-            "mlsetup_facts_dir": str(self.controller / "facts"),
-        }}}}}
+        return {
+            "all": {
+                "children": {
+                    "gpu_servers": {
+                        "hosts": hosts,
+                        "vars": {
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                            "mlsetup_dist_dir": str(self.base / "dist"),
+                            "mlsetup_reboot_tasks": str(
+                                REPO / "tests/realhost/reboot_container.yml"
+                            ),
+                            "mlsetup_wheelhouse_sync": str(self.controller / "wheelhouse"),
+                            "mlsetup_reports_dir": str(self.controller / "reports"),
+                            "mlsetup_plans_dir": str(self.controller / "plans"),
+                            "mlsetup_facts_dir": str(self.controller / "facts"),
+                        },
+                    }
+                }
+            }
+        }
 
     def play(self, name: str, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(ANSIBLE_CONFIG=str(self.cfg), ANSIBLE_HOME=str(self.base / "ansible-home"),
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+        env.update(
+            ANSIBLE_CONFIG=str(self.cfg),
+            ANSIBLE_HOME=str(self.base / "ansible-home"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+        )
         t0 = time.monotonic()
         run = subprocess.run(
             [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
-            capture_output=True, text=True, env=env, cwd=self.base, timeout=900,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.base,
+            timeout=900,
         )
         self.walls[name] = time.monotonic() - t0
         TIMINGS[f"play {name}"] = self.walls[name]
@@ -155,8 +174,11 @@ def test_install_over_ssh(fleet: SshFleet, plays):
         assert recap(run)[host]["changed"] > 0 and recap(run)[host]["failed"] == 0
         version = fleet.containers[host].ssh("cd / && /usr/local/bin/mlsetup --version")
         assert version.stdout.startswith("mlsetup 0.1.0")
-        assert fleet.containers[host].ssh("cat /opt/mlsetup/.mlsetup-source").stdout.startswith(
-            "0.1.0 sha256:")
+        assert (
+            fleet.containers[host]
+            .ssh("cat /opt/mlsetup/.mlsetup-source")
+            .stdout.startswith("0.1.0 sha256:")
+        )
 
 
 def test_check_mode_plans_and_changes_nothing(fleet: SshFleet, plays):
@@ -169,8 +191,12 @@ def test_check_mode_plans_and_changes_nothing(fleet: SshFleet, plays):
         facts = json.loads((fleet.controller / "facts" / f"{host}.json").read_text())
         assert facts["schema"] == "mlsetup.facts/1" and facts["driver"] is None
         assert fleet.after_check[host] == {
-            "commands run": [], "mlsetup state": False, "answers copied": False, "venv": False,
-            "reports": False, "boots": 1,
+            "commands run": [],
+            "mlsetup state": False,
+            "answers copied": False,
+            "venv": False,
+            "reports": False,
+            "boots": 1,
         }, host
 
 
@@ -190,7 +216,8 @@ def test_apply_reboots_each_host_and_fails_only_the_broken_one(fleet: SshFleet, 
     failure = fleet.report("apply", "gpu2")["failure"]
     assert failure["action"] == "toolkit.install-13.0" and failure["diagnosis"] == "apt-broken"
     assert "mlsetup failed on gpu2 in step toolkit, action toolkit.install-13.0 (exit 100)" in (
-        run.stdout)
+        run.stdout
+    )
     for line in (failure["what"], failure["why"], failure["next"], APT_BROKEN):
         assert line in run.stdout, line
 

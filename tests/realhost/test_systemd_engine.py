@@ -161,8 +161,9 @@ def test_resume_unit_is_installed_runs_at_boot_and_is_removed(
     try:
         write_answers(fake, policy="auto")
         env = container_env(fake, https_proxy=proxy.url)
-        first = host.ssh(mlsetup(fake, "apply", "--answers", str(fake.answers)), check=False,
-                         env=env)
+        first = host.ssh(
+            mlsetup(fake, "apply", "--answers", str(fake.answers)), check=False, env=env
+        )
         assert first.returncode == 10, first.stdout + first.stderr
         assert "mlsetup resumes by itself after boot" in first.stdout
         unit = host.ssh(f"cat {RESUME_UNIT}").stdout
@@ -184,12 +185,20 @@ def test_resume_unit_is_installed_runs_at_boot_and_is_removed(
         assert host.ssh(f"test -e {RESUME_UNIT}", check=False).returncode == 1
         enabled = host.ssh("systemctl is-enabled mlsetup-resume.service", check=False)
         assert enabled.stdout.strip() in ("not-found", "disabled", ""), enabled.stdout
-        assert host.ssh("test -e /etc/systemd/system/multi-user.target.wants/"
-                        "mlsetup-resume.service", check=False).returncode == 1
+        assert (
+            host.ssh(
+                "test -e /etc/systemd/system/multi-user.target.wants/mlsetup-resume.service",
+                check=False,
+            ).returncode
+            == 1
+        )
         # the environment of the first start, carried over the reboot in the state
         assert fake.venv.stat().st_uid == 1000
         assert json.loads((fake.state / "machine.json").read_text())["boots"] == 1
         assert "pypi.org:443" in proxy.seen, proxy.seen  # at boot, through the saved proxy
     finally:
-        host.ssh(f"umount {systemd_dir}; sed -i '\\#{systemd_dir}#d' /etc/fstab; "
-                 f"rm -rf {RESUME_UNIT}.d; systemctl daemon-reload", check=False)
+        host.ssh(
+            f"umount {systemd_dir}; sed -i '\\#{systemd_dir}#d' /etc/fstab; "
+            f"rm -rf {RESUME_UNIT}.d; systemctl daemon-reload",
+            check=False,
+        )

@@ -41,8 +41,10 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert "apt-get install -y --no-remove" in text and "cuda-toolkit-13-0" in text
 
         await pilot.press("enter")  # Venv
-        assert "sudo -u ml uv venv --python 3.12 --python-preference only-system /home/ml/ml-env" \
+        assert (
+            "sudo -u ml uv venv --python 3.12 --python-preference only-system /home/ml/ml-env"
             in shown(app)
+        )
 
         await pilot.press("enter")  # Extensions: add flash-attn 2.8.3
         await pilot.press("a", *"2.8.3", "enter")
