@@ -160,6 +160,8 @@ class ConsolePrinter:
 
     @__call__.register
     def _notice(self, event: Notice) -> None:
+        if event.excuses:  # the ✗ printed above it is no failure of the run
+            self._print(event.t, f"  ! {event.excuses}: not a failure of the run")
         self._print(event.t, f"note: {event.text}")
 
     @__call__.register

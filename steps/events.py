@@ -47,10 +47,13 @@ class RunStarted(Event):
 @_event
 @dataclass(frozen=True)
 class Notice(Event):
-    """Something the operator should read that is not a failure."""
+    """Something the operator should read that is not a failure. `excuses`: the id of an
+    action that failed just before and that this notice says is no failure of the run (a stack
+    resolution that found no index, after which the venv was kept as it is)."""
 
     kind: ClassVar[str] = "notice"
     text: str
+    excuses: str | None = None
 
 
 @_event

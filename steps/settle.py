@@ -109,7 +109,8 @@ class StackSettler:
             self.run.emit(
                 Notice(
                     text=f"{exc}; the venv already holds a torch and packages "
-                    "that satisfy the answers: kept as it is, unlocked"
+                    "that satisfy the answers: kept as it is, unlocked",
+                    excuses=exc.action,
                 )
             )
             return

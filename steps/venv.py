@@ -49,7 +49,12 @@ RunCommand = Callable[[Action], Result | None]
 
 
 class StackUnavailable(MlsetupError):
-    """uv could not resolve for a reason other than the requirements (no index, no network)."""
+    """uv could not resolve for a reason other than the requirements (no index, no network).
+    `action`: the id of the resolution that failed, when one ran."""
+
+    def __init__(self, message: str, action: str | None = None) -> None:
+        super().__init__(message)
+        self.action = action
 
 
 # -- the lock ---------------------------------------------------------------------------------
@@ -133,7 +138,8 @@ def resolve(
         if not no_solution(result.tail):
             raise StackUnavailable(
                 f"uv could not resolve the stack with the {build} build (exit "
-                f"{result.exit_code}): {' '.join(result.tail[-4:])}"
+                f"{result.exit_code}): {' '.join(result.tail[-4:])}",
+                action=action.id,
             )
         failures.append(read_failure(result.tail))
     failure = next((f for f in failures if f.package), failures[0])

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from steps.events import ActionStarted
+from steps.events import ActionStarted, Notice
 from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
 from tests.common import MACHINES, run_cli
@@ -268,6 +268,10 @@ def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(se
     run = server.mlsetup("apply", "--answers", str(server.answers), **offline)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "kept as it is, unlocked" in run.stdout and server.report()["ran"] == []
+    # the failed resolution is named as excused, for the console and the wizard alike
+    [note] = [e for e in server.events() if isinstance(e, Notice) and e.excuses]
+    assert note.excuses.startswith("venv.resolve-") and "kept as it is, unlocked" in note.text
+    assert f"! {note.excuses}: not a failure of the run" in run.stdout
 
     shutil.rmtree(server.venv)
     failed = server.mlsetup("apply", "--answers", str(server.answers), **offline)

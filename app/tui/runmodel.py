@@ -81,16 +81,10 @@ class RunModel:
     _out: io.StringIO = field(default_factory=io.StringIO)
 
     def _kept_unlocked(self, notice: ev.Notice) -> None:
-        """The engine's note that it went on without a lock comes right after the failed
-        resolution (steps/engine.py, StackUnavailable): that action is no failure then."""
-        view = self.actions.get(self.current or "")
-        if (
-            view is not None
-            and view.status == "failed"
-            and view.id.startswith("venv.resolve-")
-            and self.failed is None
-            and notice.text.endswith("kept as it is, unlocked")
-        ):
+        """The engine's note that it went on without a lock names the failed resolution it
+        excuses (steps/settle.py, StackUnavailable): that action is no failure then."""
+        view = self.actions.get(notice.excuses or "")
+        if view is not None and view.status == "failed" and self.failed is None:
             view.status = "offline"
             self.steps[view.step] = "running"
 

@@ -149,7 +149,8 @@ async def test_an_offline_stack_resolution_that_kept_the_venv_is_a_note_not_a_fa
         app.feed(
             ev.Notice(
                 text="no index reachable; the venv already holds a torch and packages "
-                "that satisfy the answers: kept as it is, unlocked"
+                "that satisfy the answers: kept as it is, unlocked",
+                excuses=resolve,
             )
         )
         app.feed.flush()
