@@ -10,6 +10,8 @@ from uv import find_uv_bin
 
 from tests.fakemachine import FakeMachine
 from tests.harness import FakeServer
+from tests.realhost.container import CACHE
+from tests.realhost.hosts import TIMINGS
 
 
 @pytest.fixture
@@ -34,3 +36,23 @@ def server(uv_binary: Path):
         yield FakeServer(base, uv_binary)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# The real-host fixture's timings (tests/realhost), printed once at the end; here and not in
+# tests/realhost/conftest.py because under xdist the controller loads only this conftest.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # an xdist worker: hand the fixture's timings to the controller, which prints the summary
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and TIMINGS:
+        workeroutput["realhost_timings"] = dict(TIMINGS)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
+def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
+    TIMINGS.update(getattr(node, "workeroutput", {}).get("realhost_timings", {}))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if TIMINGS:
+        parts = ", ".join(f"{k} {v:.1f}s" for k, v in TIMINGS.items())
+        terminalreporter.write_line(f"real-host fixture: {parts} (image cache: {CACHE})")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.common import REPO
-from tests.realhost.container import CACHE, CannotBoot, Container, build_image, make_key, why_not
+from tests.realhost.container import CannotBoot, Container, build_image, make_key, why_not
 from tests.realhost.hosts import TIMINGS
 
 
@@ -26,12 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/realhost/" in item.nodeid:
             item.add_marker(pytest.mark.realhost)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    if TIMINGS:
-        parts = ", ".join(f"{k} {v:.1f}s" for k, v in TIMINGS.items())
-        terminalreporter.write_line(f"real-host fixture: {parts} (image cache: {CACHE})")
 
 
 @pytest.fixture(scope="session")
