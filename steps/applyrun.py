@@ -16,7 +16,7 @@ from typing import NoReturn
 from steps.answers import Answers
 from steps.choices import Choices
 from steps.diagnose import Diagnosis
-from steps.events import EventSink, Failed
+from steps.events import EventSink
 from steps.facts import Facts, load_facts
 from steps.lock import Lock
 from steps.paths import Paths
@@ -126,17 +126,7 @@ class ApplyRun:
             diagnosis=diagnosis.id if diagnosis else None,
             last_output=(tail or [])[-20:],
         )
-        self.emit(
-            Failed(
-                step=step,
-                action=self.outcome.failure.action,
-                exit_code=exit_code,
-                log=self.outcome.failure.log,
-                what=what,
-                why=why,
-                next=nxt,
-            )
-        )
+        self.emit(self.outcome.failure.event())
         log.info(
             "failed in %s (action %s, exit %s): %s; diagnosis %s",
             step,

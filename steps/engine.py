@@ -42,7 +42,6 @@ from steps.events import (
     Event,
     EventLog,
     EventSink,
-    Failed,
     Finished,
     Notice,
     PlanMade,
@@ -320,15 +319,7 @@ class Engine:
             last_output=[],
         )
         for event in (
-            Failed(
-                step=run.step,
-                action=None,
-                exit_code=None,
-                log=None,
-                what=what,
-                why=diagnosis.why,
-                next=diagnosis.next,
-            ),
+            run.outcome.failure.event(),
             Finished(code=EXIT_FAILED, result="failed", summary=what),
         ):
             for sink in self._sinks:

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from steps.events import Failed
 from steps.lock import STATE_LOCK, Lock
 from steps.plan import Plan, Step
 from steps.state import State, write_atomic
@@ -46,6 +47,18 @@ class Failure(_Strict):
         description="id of the recognised failure (assets/diagnoses.toml), null if none"
     )
     last_output: list[str] = Field(description="the action's last output lines (at most 20)")
+
+    def event(self) -> Failed:
+        """The Failed event that tells the front ends what this records."""
+        return Failed(
+            step=self.step,
+            action=self.action,
+            exit_code=self.exit_code,
+            log=self.log,
+            what=self.what,
+            why=self.why,
+            next=self.next,
+        )
 
 
 class ActionReport(_Strict):
