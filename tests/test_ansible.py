@@ -168,6 +168,22 @@ def boots(server: FakeServer) -> int:
     return json.loads(path.read_text()).get("boots", 0) if path.exists() else 0
 
 
+def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProcess:
+    """site.yml over one host "box" on this machine (ansible_connection local), with an
+    ANSIBLE_HOME of its own."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(
+        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def fleet(uv_binary: Path):
     if os.geteuid() != 0:
@@ -346,7 +362,6 @@ def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_pa
     )
     answers = tmp_path / "answers.toml"
     answers.write_text('version = 1\n[torch]\ncuda = "cu999"\n')
-    inventory = tmp_path / "inventory.yml"
     host = {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
@@ -359,16 +374,7 @@ def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_pa
         "mlsetup_reports_dir": str(reports),
         "mlsetup_poll": 1,
     }
-    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run(
-        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    run = _play_one_local_host(tmp_path, host)
     assert run.returncode == 2, shown(run)
     assert recap(run)["box"]["failed"] == 1
     assert "Check the answers file on the controller" in run.stdout
@@ -408,17 +414,7 @@ def test_a_report_of_another_schema_fails_the_host_naming_both_schemas(tmp_path:
         "mlsetup_reports_dir": str(tmp_path / "reports"),
         "mlsetup_poll": 1,
     }
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run(
-        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    run = _play_one_local_host(tmp_path, host)
     assert run.returncode == 2, shown(run)
     assert recap(run)["box"]["failed"] == 1
     assert "Check the report's schema" in run.stdout, shown(run)
