@@ -81,116 +81,105 @@ def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[s
     return out
 
 
+# Neither isolates the build: the build (and the sdist's metadata step) imports the venv's torch.
+PIP_WHEEL = ["pip", "wheel", "-v", "--no-build-isolation", "--no-deps"]
+PIP_DOWNLOAD = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation"]
+
+
 def _actions(
     target: BuildTarget, choices: Choices, venv: VenvState | None, wheels: Mapping[str, str]
 ) -> list[Action]:
+    """A wheel built earlier for exactly this target, installed; else (where the answers let
+    it) the source fetched, unpacked and compiled; either way followed by the smoke test."""
+    recipe, answer = target.recipe, target.answer
+    name, py, user = answer.name, choices.venv_python, choices.owner.run_as
+    smoke = [
+        Action(
+            id=f"extensions.{name}.smoke",
+            title=f"Try {name} in the venv",
+            argv=[py, "-c", recipe.smoke_test],
+            user=user,
+        )
+    ]
+    if not recipe.smoke_test:
+        smoke = []
+    key = target_key(target, venv)
+    if key is not None and key in wheels:
+        install = Action(
+            id=f"extensions.{name}.install-wheel",
+            title=f"Install {name} {answer.version} from the wheel built earlier ({key})",
+            argv=_install_argv(py, wheels[key], f"{recipe.package}=={answer.version}"),
+            user=user,
+        )
+        return [install, *smoke]
+    if answer.source == "wheel":
+        return []  # no wheel built earlier, and the answers forbid compiling: see plan()
+    return [*_compile_actions(target, choices), *smoke]
+
+
+def _install_argv(py: str, wheels: str, pinned: str) -> list[str]:
+    return ["uv", "pip", "install", "--python", py, "--find-links", wheels, pinned]
+
+
+def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
     recipe, answer = target.recipe, target.answer
     name, version = answer.name, answer.version
     py, user = choices.venv_python, choices.owner.run_as
-    pinned = f"{recipe.package}=={version}"
-    smoke = (
-        [
-            Action(
-                id=f"extensions.{name}.smoke",
-                title=f"Try {name} in the venv",
-                argv=[py, "-c", recipe.smoke_test],
-                user=user,
-            )
-        ]
-        if recipe.smoke_test
-        else []
-    )
-    key = target_key(target, venv)
-    if key is not None and key in wheels:
-        return [
-            Action(
-                id=f"extensions.{name}.install-wheel",
-                title=f"Install {name} {version} from the wheel built earlier ({key})",
-                argv=["uv", "pip", "install", "--python", py, "--find-links", wheels[key], pinned],
-                user=user,
-            ),
-            *smoke,
-        ]
-
-    if answer.source == "wheel":
-        return []  # no wheel built earlier, and the answers forbid compiling: see plan()
-
     tree = build_dir(name, version)
-    requirement = recipe.requirement_for(version)
-    actions = [
-        Action(
-            id=f"extensions.{name}.prerequisites",
-            title=f"Install {name}'s build requirements",
-            argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
-            user=user,
-        )
-    ]
+    prerequisites = Action(
+        id=f"extensions.{name}.prerequisites",
+        title=f"Install {name}'s build requirements",
+        argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
+        user=user,
+    )
+    fetch, source = _source_actions(target, py, user, tree)
+    build = Action(
+        id=f"extensions.{name}.build",
+        title=f"Compile {name} {version} for compute capability "
+        f"{', '.join(target.compute_capabilities)}",
+        # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
+        argv=[py, "-m", *PIP_WHEEL, "--wheel-dir", f"{tree}/wheels", source],
+        env=build_env(target, choices),
+        user=user,
+    )
+    install = Action(
+        id=f"extensions.{name}.install",
+        title=f"Install the {name} wheel just built",
+        argv=_install_argv(py, f"{tree}/wheels", f"{recipe.package}=={version}"),
+        user=user,
+    )
+    return [prerequisites, *fetch, build, install]
+
+
+def _source_actions(
+    target: BuildTarget, py: str, user: str | None, tree: str
+) -> tuple[list[Action], str]:
+    """The actions that put the source where the build reads it, and that place: an operator's
+    source directory is built where it is; an archive is unpacked into the build tree, after
+    downloading it when the requirement names a release."""
+    name, version = target.answer.name, target.answer.version
+    requirement = target.recipe.requirement_for(version)
     if requirement.startswith("/") and not requirement.endswith(ARCHIVES):
-        source = requirement  # a source directory of the operator's: built where it is
-    else:
-        source = f"{tree}/src"
-        archive = requirement
-        if not requirement.startswith("/"):
-            archive = f"{tree}/dist"
-            actions.append(
-                Action(
-                    id=f"extensions.{name}.source",
-                    title=f"Download {name} {version}'s source",
-                    # the sdist's metadata step imports torch: no build isolation here either
-                    argv=[
-                        py,
-                        "-m",
-                        "pip",
-                        "download",
-                        "--no-deps",
-                        "--no-binary",
-                        ":all:",
-                        "--no-build-isolation",
-                        "--dest",
-                        archive,
-                        requirement,
-                    ],
-                    user=user,
-                )
-            )
+        return [], requirement
+    source, archive, actions = f"{tree}/src", requirement, []
+    if not requirement.startswith("/"):
+        archive = f"{tree}/dist"
         actions.append(
             Action(
-                id=f"extensions.{name}.unpack",
-                title=f"Unpack {name}'s source into {source}",
-                argv=[py, "-c", UNPACK, archive, source],
+                id=f"extensions.{name}.source",
+                title=f"Download {name} {version}'s source",
+                # the sdist's metadata step imports torch: no build isolation here either
+                argv=[py, "-m", *PIP_DOWNLOAD, "--dest", archive, requirement],
                 user=user,
             )
         )
-    actions += [
-        Action(
-            id=f"extensions.{name}.build",
-            title=f"Compile {name} {version} for compute capability "
-            f"{', '.join(target.compute_capabilities)}",
-            # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
-            argv=[
-                py,
-                "-m",
-                "pip",
-                "wheel",
-                "-v",
-                "--no-build-isolation",
-                "--no-deps",
-                "--wheel-dir",
-                f"{tree}/wheels",
-                source,
-            ],
-            env=build_env(target, choices),
-            user=user,
-        ),
-        Action(
-            id=f"extensions.{name}.install",
-            title=f"Install the {name} wheel just built",
-            argv=["uv", "pip", "install", "--python", py, "--find-links", f"{tree}/wheels", pinned],
-            user=user,
-        ),
-        *smoke,
-    ]
-    return actions
+    unpack = Action(
+        id=f"extensions.{name}.unpack",
+        title=f"Unpack {name}'s source into {source}",
+        argv=[py, "-c", UNPACK, archive, source],
+        user=user,
+    )
+    return [*actions, unpack], source
 
 
 def plan(
