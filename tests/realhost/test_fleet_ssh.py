@@ -59,11 +59,12 @@ class SshFleet:
         self.after_check: dict[str, dict[str, object]] = {}
         self.after: dict[str, dict[str, dict]] = {}
 
-    def untouched(self, host: str) -> dict[str, object]:
-        """What check mode must leave as it was on a host (seen right after that play)."""
+    def untouched(self, host: str, calls_before: int) -> dict[str, object]:
+        """What check mode must leave as it was on a host (seen right after that play; the
+        commands are those run since `calls_before`, the install play's included before it)."""
         server = self.servers[host]
         return {
-            "commands run": server.calls(),
+            "commands run": server.calls()[calls_before:],
             "mlsetup state": (server.root / "var/lib/mlsetup").exists(),
             "answers copied": (server.root / "etc/mlsetup").exists(),
             "venv": server.venv.exists(),
@@ -158,8 +159,9 @@ def plays(fleet: SshFleet) -> dict[str, subprocess.CompletedProcess]:
     runs["install"] = fleet.play("install", "--tags", "mlsetup_install")
     if runs["install"].returncode != 0:
         return runs
+    installed = {host: len(fleet.servers[host].calls()) for host in HOSTS}  # install.sh's own
     runs["check"] = fleet.play("check", "--check")
-    fleet.after_check = {host: fleet.untouched(host) for host in HOSTS}
+    fleet.after_check = {host: fleet.untouched(host, installed[host]) for host in HOSTS}
     runs["apply"] = fleet.play("apply")
     fleet.servers["gpu2"].script({})  # the operator fixed apt on gpu2
     runs["fixed"] = fleet.play("fixed")
