@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from steps import events as ev
+from steps.applyrun import RESUME_COMMAND
 from steps.diagnose import no_space
 from steps.engine import ApplyLock
 from steps.paths import Paths
@@ -23,7 +24,7 @@ from steps.rootfs import RootFS
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 LOG_TAIL = 20  # lines of the engine's own output shown when it did not start
-RESUME = "continue with: sudo mlsetup apply --resume"
+RESUME = f"continue with: {RESUME_COMMAND}"
 
 
 class RunFollower:
@@ -64,7 +65,9 @@ class RunFollower:
 
         for event in ev.follow(self.paths.current_events, stop=stop, poll=self.poll):
             if isinstance(event, ev.RunStarted) and self.ticket is not None:
-                self.started = self.started or event.ticket == self.ticket
+                # another start after ours (ours died without a Finished and a new apply took
+                # over the stream) is not this viewer's run: stop showing it
+                self.started = event.ticket == self.ticket
             if not self.started:
                 continue
             yield event

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun
+from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
@@ -137,7 +137,7 @@ class ActionRunner:
             if exc.errno in NO_SPACE:  # its log could not be written: the disk is full
                 if exc.filename is not None:
                     raise
-                raise OSError(exc.errno, exc.strerror, str(log_path)) from exc
+                raise naming(exc, log_path) from exc
             record.status, record.ended = "failed", time.time()
             self.run.fail(step, action, None, log_path, what=f"{action.id}: {exc}", diagnosis=None)
         except RunnerError as exc:

@@ -29,6 +29,13 @@ from steps.state import State, save_state
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def naming(exc: OSError, path: Path | None) -> OSError:
+    """`exc` naming the file it happened to (a failed write() names none)."""
+    return OSError(exc.errno, exc.strerror, str(path) if path else None)
+
+
 RESUME_COMMAND = "sudo mlsetup apply --resume"
 DPKG_LOCK_TIMEOUT = 600.0
 INTERRUPTED_WAIT = 600.0

@@ -20,7 +20,7 @@ from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
 from steps.lock import Lock, build_of, platform_for
 from steps.rootfs import RootFS
-from steps.units import GiB
+from steps.units import GiB, gib
 from steps.warnings import machine_warnings
 
 
@@ -463,14 +463,14 @@ def _machine_warnings(
     need = len(missing) * k.cuda.install_bytes
     if missing and free is not None and free < need:
         out.append(
-            f"/usr/local has {free / GiB:.1f} GiB free; CUDA {', '.join(missing)} needs about "
-            f"{need / GiB:.0f} GiB."
+            f"/usr/local has {gib(free)} free; CUDA {', '.join(missing)} needs about "
+            f"{gib(need, 0)}."
         )
     home_free = facts.disk_free_bytes.get("/home" if venv_path.startswith("/home/") else "/")
     if cuda and home_free is not None and home_free < k.torch.cuda_venv_bytes:
         out.append(
-            f"{venv_path} is on a filesystem with {home_free / GiB:.1f} GiB free; a CUDA torch "
-            f"venv takes about {k.torch.cuda_venv_bytes / GiB:.0f} GiB."
+            f"{venv_path} is on a filesystem with {gib(home_free)} free; a CUDA torch "
+            f"venv takes about {gib(k.torch.cuda_venv_bytes, 0)}."
         )
     return out
 

@@ -31,6 +31,7 @@ from steps.applyrun import (
     ApplyRequest,
     ApplyRun,
     Stopped,
+    naming,
 )
 from steps.builds import ExtensionBuilds, is_build
 from steps.choices import choose
@@ -94,7 +95,7 @@ class Engine:
             except OSError as exc:  # the event stream's disk is full: say which file
                 if sink is not self._event_log or exc.filename is not None:
                     raise
-                raise _naming(exc, self._events) from exc
+                raise naming(exc, self._events) from exc
 
     def _plan(self) -> tuple[Facts, Plan]:
         if self.req.facts_file is not None:
@@ -372,8 +373,3 @@ def _log_plan(plan: Plan) -> None:
         )
     for warning in plan.warnings:
         log.info("plan warning: %s", warning)
-
-
-def _naming(exc: OSError, path: Path | None) -> OSError:
-    """`exc` naming the file it happened to (a failed write() names none)."""
-    return OSError(exc.errno, exc.strerror, str(path) if path else None)

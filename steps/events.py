@@ -9,6 +9,7 @@ engine noticing. Each event is a frozen dataclass; `kind` names it on the wire.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -195,8 +196,11 @@ class EventLog:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._file = path.open("a", encoding="utf-8")
-        path.chmod(0o600)
+        # root appends here: never through a link planted in its place, and 0600 from the start
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o600)
+        os.fchmod(fd, 0o600)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def __call__(self, event: Event) -> None:
         self._file.write(event.to_json() + "\n")

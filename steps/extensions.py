@@ -93,16 +93,18 @@ def _actions(
     it) the source fetched, unpacked and compiled; either way followed by the smoke test."""
     recipe, answer = target.recipe, target.answer
     name, py, user = answer.name, choices.venv_python, choices.owner.run_as
-    smoke = [
-        Action(
-            id=f"extensions.{name}.smoke",
-            title=f"Try {name} in the venv",
-            argv=[py, "-c", recipe.smoke_test],
-            user=user,
-        )
-    ]
-    if not recipe.smoke_test:
-        smoke = []
+    smoke = (
+        [
+            Action(
+                id=f"extensions.{name}.smoke",
+                title=f"Try {name} in the venv",
+                argv=[py, "-c", recipe.smoke_test],
+                user=user,
+            )
+        ]
+        if recipe.smoke_test
+        else []
+    )
     key = target_key(target, venv)
     if key is not None and key in wheels:
         install = Action(

@@ -52,8 +52,6 @@ from steps.orphans import Watchdog
 from steps.throttle import Decision, Throttler
 from steps.units import GiB
 
-# What callers import from here; each lives in the module that is its home.
-
 EVENT_INTERVAL_S = 1.0  # MemorySample events: once a second is enough for a gauge
 
 _PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")

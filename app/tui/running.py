@@ -24,10 +24,11 @@ from app.tui.screens.modals import ConfirmScreen, RebootScreen
 from app.tui.screens.run import RunScreen
 from app.tui.session import Session
 from steps import events as ev
+from steps.applyrun import EXIT_REBOOT
 from steps.engine import ApplyRequest, Engine
 from steps.errors import MlsetupError
 from steps.paths import Paths
-from steps.plan import Action
+from steps.reboot import REBOOT
 from steps.runner import Runner, RunnerError
 from steps.service import start_detached
 
@@ -159,7 +160,7 @@ class RunControl:
         """The Run screen took the run's last event (RunScreen.Ended): a driver install that
         paused for a reboot asks whether to reboot now (answers' reboot.policy = "ask")."""
         reboot = self.model.reboot
-        if event.code != 10 or reboot is None or self.model.dry_run:
+        if event.code != EXIT_REBOOT or reboot is None or self.model.dry_run:
             return
         if reboot.policy == "ask" and not self.reboot_asked:
             self.reboot_asked = True
@@ -186,9 +187,8 @@ class RunControl:
         """`reboot`, through the one runner every command goes through (logged like one)."""
         s = self.session
         log = Paths(s.fs).action_log(self.model.run_id or "wizard", "reboot")
-        action = Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"])
         try:
-            result = Runner(s.fs, lambda _e: None).run(action, log)
+            result = Runner(s.fs, lambda _e: None).run(REBOOT, log)
             code: int | None = result.exit_code
         except RunnerError as exc:
             self.app.call_from_thread(self.app.notify, f"reboot: {exc}", severity="error")
