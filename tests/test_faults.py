@@ -74,23 +74,40 @@ def _stopped(objects: Path) -> list[psutil.Process]:
     return out
 
 
-def _watchdogs() -> list[psutil.Process]:
+def _watchdogs(record: Path) -> list[psutil.Process]:
+    """The watchdogs of this server's build (by their record's path: tests on other xdist
+    workers have watchdogs of their own)."""
     out = []
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if "steps.orphans" in p.cmdline():
+            cmdline = p.cmdline()
+            if "steps.orphans" in cmdline and str(record) in cmdline:
                 out.append(p)
     return out
 
 
-def _stop_engine_with_a_job_parked(engine: int, objects: Path, compiled: int) -> None:
+def _parked_and_recorded(objects: Path, record: Path) -> bool:
+    """A compile job is parked, and every parked one is in the governor's record (it writes
+    the record just after it parks a job)."""
+    groups = set()
+    for p in _stopped(objects):
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(p.pid))
+    try:
+        recorded = {int(pid) for pid in json.loads(record.read_text())["stopped"]}
+    except (OSError, ValueError, KeyError):
+        return False
+    return bool(groups) and groups <= recorded
+
+
+def _stop_engine_with_a_job_parked(engine: int, objects: Path, compiled: int, record: Path) -> None:
     """SIGSTOP the engine at a moment when at least `compiled` objects are built and one of
-    its compile jobs is parked; let it go on and try again while that is not so."""
+    its compile jobs is parked and recorded; let it go on and try again while that is not so."""
     deadline = time.monotonic() + 120
     while True:
         if len(list(objects.glob("k*.o"))) >= compiled and _stopped(objects):
             os.kill(engine, signal.SIGSTOP)
-            if _stopped(objects):
+            if _parked_and_recorded(objects, record):
                 return
             os.kill(engine, signal.SIGCONT)
         assert time.monotonic() < deadline, "timed out waiting for a parked job"
@@ -116,11 +133,12 @@ def test_kill_9_with_jobs_parked_then_resume_completes(
     engine = _engine_pid(server)
     # the kill point: `compiled` objects built and a job parked, held so by stopping the engine
     # (its governor would otherwise let the job go between this check and the kill)
-    _stop_engine_with_a_job_parked(engine, objects, compiled)
+    record = server.root / "var/lib/mlsetup/governed-build.json"
+    _stop_engine_with_a_job_parked(engine, objects, compiled, record)
     parked = {os.getpgid(p.pid) for p in _stopped(objects)}
     kept = len(list(objects.glob("k*.o")))
     progress = [e for e in server.events() if isinstance(e, BuildProgress)]
-    watchdogs = _watchdogs()
+    watchdogs = _watchdogs(record)
     assert watchdogs, "the governor runs a watchdog"
     if kill == "engine-and-watchdog":
         for w in watchdogs:
