@@ -9,10 +9,11 @@ named by the build environment:
   hard-codes its own list (causal-conv1d, mamba-ssm) compiles for this machine alone. A recipe
   opts out with `arch_trim = false`.
 - assets/buildtools/bin/, on PATH before the venv's bin directory, holds a `ninja` that orders
-  build.ninja longest object first and execs the venv's ninja (assets/buildtools/
-  order_ninja.py). Its expected times come from the tree's own .ninja_log, the copy of an
-  earlier build's log root keeps beside the tree (`MLSETUP_OBJECT_LESSONS`), or the recipe's
-  shipped profile (`MLSETUP_OBJECT_PROFILE`). A recipe opts out with `longest_first = false`.
+  build.ninja longest object first, balanced over the governor's job slots, and execs the venv's
+  ninja (assets/buildtools/order_ninja.py). Its expected times come from the tree's own
+  .ninja_log, the copy of an earlier build's log root keeps beside the tree
+  (`MLSETUP_OBJECT_LESSONS`), or the recipe's shipped profile (`MLSETUP_OBJECT_PROFILE`). A
+  recipe opts out with `longest_first = false`.
 
 The tools are code another account runs on root's behalf, so root checks before each compile
 that no account but root can change them (`check_root_only`), as for anything it hands out.
@@ -25,6 +26,9 @@ import stat
 from importlib import resources
 from pathlib import Path
 
+from packaging.version import Version
+
+from steps.knowledge import knowledge
 from steps.recipes import PROFILES, ExtensionRecipe
 from steps.rootfs import RootFS
 from steps.safefs import UnsafeFile, open_dir, read_bounded, walk
@@ -54,12 +58,17 @@ def lessons_log(name: str, version: str) -> str:
     return f"{build_dir(name, version)}.ninja_log"
 
 
-def tool_env(recipe: ExtensionRecipe, name: str, version: str, ccs: list[str]) -> dict[str, str]:
-    """The variables that put mlsetup's nvcc and ninja into a build (PATH: see `ninja_path`)."""
+def tool_env(
+    recipe: ExtensionRecipe, name: str, version: str, ccs: list[str], cuda: str | None
+) -> dict[str, str]:
+    """The variables that put mlsetup's nvcc and ninja into a build (PATH: see `ninja_path`);
+    `cuda`: the toolkit's release (its nvcc's options)."""
     env: dict[str, str] = {}
     if recipe.arch_trim:
         env["PYTORCH_NVCC"] = str(NVCC)
         env["MLSETUP_CUDA_ARCHS"] = cuda_archs(recipe, ccs)
+        if cuda and Version(cuda) >= Version(knowledge().cuda.split_compile_min):
+            env["MLSETUP_NVCC_SPLIT"] = "1"  # the threads of targets dropped, to the one left
     if recipe.longest_first:
         env["MLSETUP_OBJECT_LESSONS"] = lessons_log(name, version)
         if recipe.object_profile:

@@ -50,7 +50,13 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
         "PATH": f"{target.cuda_home}/bin:{ninja_path(recipe)}{choices.venv_path}/bin:{SYSTEM_PATH}",
         "MAX_JOBS": str(target.max_jobs),
         # mlsetup's nvcc (only the GPUs present) and what its ninja orders by
-        **tool_env(recipe, target.answer.name, target.answer.version, target.compute_capabilities),
+        **tool_env(
+            recipe,
+            target.answer.name,
+            target.answer.version,
+            target.compute_capabilities,
+            choices.cuda,
+        ),
     }
     if recipe.threads_variable:  # "": the extension hard-codes nvcc's --threads
         env[recipe.threads_variable] = str(recipe.threads)

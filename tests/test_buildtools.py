@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import stat
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from steps.rootfs import RootFS
 from steps.safefs import UnsafeFile
 from steps.wheels import BUILD_ROOT
 from tests.common import FIXTURES
+from tests.device.builds_figures import fatbin_archs as fatbin_headers
 from tests.harness import USER_UID, FakeServer
 
 NINJA = Path(sys.executable).parent / "ninja"  # the test venv's, as a build venv has one
@@ -54,11 +54,11 @@ def standin_cuda(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def wrapped(cuda: Path, archs: str, *argv: str) -> tuple[list[str], str]:
+def wrapped(cuda: Path, archs: str, *argv: str, **env: str) -> tuple[list[str], str]:
     """Run mlsetup's nvcc as ninja runs it; what the real nvcc got, and what the wrapper said."""
     done = subprocess.run(
         [str(NVCC), *argv],
-        env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(cuda), "MLSETUP_CUDA_ARCHS": archs},
+        env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(cuda), "MLSETUP_CUDA_ARCHS": archs, **env},
         capture_output=True,
         text=True,
         check=True,
@@ -99,6 +99,22 @@ def test_nvcc_keeps_only_the_targets_of_the_gpus_present_and_says_which_it_dropp
     assert got == gencode("80")
 
 
+def test_nvcc_gives_the_threads_of_the_dropped_targets_to_the_one_left(standin_cuda: Path):
+    """causal-conv1d hard-codes --threads 4 for its nine targets; with one left, nvcc >= 13.0
+    (MLSETUP_NVCC_SPLIT) splits that target's optimizations over the four threads instead."""
+    argv = [*CAUSAL_CONV1D, "--threads", "4", "-c", "k.cu"]
+    got, said = wrapped(standin_cuda, "90", *argv, MLSETUP_NVCC_SPLIT="1")
+    assert got == [*gencode("90"), "--threads", "4", "-c", "k.cu", "--split-compile=4"]
+    assert "--split-compile=4 for the 4 threads of --threads" in said
+    got, _ = wrapped(standin_cuda, "90", *argv)  # an older nvcc: not given
+    assert "--split-compile=4" not in got
+    got, _ = wrapped(standin_cuda, "80 90", *argv, MLSETUP_NVCC_SPLIT="1")  # two left: 2 each
+    assert got[-1] == "--split-compile=2"
+    split = [*argv, "--split-compile=8"]  # the package's own choice stays
+    got, _ = wrapped(standin_cuda, "90", *split, MLSETUP_NVCC_SPLIT="1")
+    assert got.count("--split-compile=8") == 1 and "--split-compile=4" not in got
+
+
 def test_nvcc_leaves_a_command_whole_when_it_cannot_or_must_not_trim(standin_cuda: Path):
     # no target for these GPUs: trimming would compile nothing that runs here
     got, said = wrapped(standin_cuda, "100", *gencode("75", "90"))
@@ -115,28 +131,14 @@ def test_nvcc_leaves_a_command_whole_when_it_cannot_or_must_not_trim(standin_cud
 
 def fatbin_archs(obj: Path) -> list[int]:
     """The architectures of the cubins in an object: cuobjdump --list-elf where the toolkit has
-    it, else the fat binary's own entry headers (magic 0xBA55ED50; each entry: kind u16, u16,
-    header size u32, payload size u64, ..., arch u32 at byte 28)."""
+    it, else the fat binary's own entry headers."""
     cuobjdump = REAL_CUDA / "bin" / "cuobjdump"
     if cuobjdump.exists():
         listed = subprocess.run(
             [str(cuobjdump), "--list-elf", str(obj)], capture_output=True, text=True, check=True
         ).stdout
         return sorted(int(w.split("sm_")[1].split(".")[0]) for w in listed.split() if "sm_" in w)
-    data, archs, at = obj.read_bytes(), [], 0
-    while (at := data.find(struct.pack("<I", 0xBA55ED50), at)) >= 0:
-        header, size = (
-            struct.unpack_from("<H", data, at + 6)[0],
-            struct.unpack_from("<Q", data, at + 8)[0],
-        )
-        entry, end = at + header, at + header + size
-        while entry < end:
-            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
-            if kind == 2:  # an ELF cubin (1: PTX)
-                archs.append(struct.unpack_from("<I", data, entry + 28)[0])
-            entry += entry_header + payload
-        at = end
-    return sorted(archs)
+    return fatbin_headers(obj)
 
 
 @pytest.mark.skipif(not (REAL_CUDA / "bin" / "nvcc").exists(), reason=f"no {REAL_CUDA}/bin/nvcc")
@@ -228,6 +230,16 @@ def test_ninja_starts_the_longest_objects_first_under_the_jobserver(tmp_path: Pa
     temp = write_manifest(tmp_path, seconds)
     two_jobs(temp, profile, shim=False)
     assert in_pairs(started(temp)) == in_pairs(sorted(seconds))
+
+
+def test_ninja_balances_the_longest_first_over_the_governors_job_slots(tmp_path: Path):
+    """Two slots, objects of 3, 3, 2, 2 and 2 s: longest first ends at 7 s (3+2+2 on one slot),
+    the plan at 6 (3+3 and 2+2+2), starting the second 3 s object third."""
+    temp = write_manifest(tmp_path, {"a": 3, "b": 3, "c": 2, "d": 2, "e": 2})
+    env = {"MLSETUP_OBJECT_PROFILE": str(tmp_path / "profile.ninja_log"), "MLSETUP_JOB_SLOTS": "2"}
+    said = two_jobs(temp, env, shim=True).stderr
+    assert build_order(temp) == ["a", "c", "d", "b", "e"]
+    assert "longest first, balanced over 2 job slots" in said
 
 
 def build_order(temp: Path) -> list[str]:
