@@ -94,7 +94,8 @@ def apply(args: argparse.Namespace) -> int:
             "apply changes the system: run it with sudo, e.g. "
             f"sudo mlsetup apply --answers {args.answers or 'FILE'}"
         )
-    _check_input(fs, request)
+    if args.ticket is None:  # a detached engine's starter checked them a moment ago
+        _check_input(fs, request)
     if args.foreground:
         return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 
