@@ -91,7 +91,7 @@ class Throttler:
         """The jobs the jobserver's tokens allow: the ceiling, from the start. ninja (1.13)
         takes tokens only when it starts and when a job ends, so the jobs it starts first are
         all there are until the first one ends; with the longest objects first that is minutes
-        (flash-attn's shortest first fourteen take 250 s on the H200). A started job is parked
+        (flash-attn's first fourteen take 278 s and more on the H200). A started job is parked
         at once and costs next to nothing until the governor lets it go, which it does only as
         memory allows, so every job the ceiling allows can wait parked, ready."""
         return self.ceiling
