@@ -5,13 +5,15 @@
 # Issue 24 (builds at the hardware limit), one sequence, about 25 of the session's 30 device
 # minutes; every figure and ninja log ends up in $OUT (figures.txt says what was met):
 #
-#   1. HERE, once:      tests/device/h200.sh wheelhouse
-#      (.device/: mlsetup's wheel with every dependency for cp312 x86_64, the causal-conv1d
-#      1.7.0 and flash-attn 2.8.3 sdists; about 40 MB, under the 64 MiB a call carries)
+#   1. HERE, once, in the checkout the device tool sends (after the merge):
+#                       tests/device/h200.sh wheelhouse
+#      (.device/: mlsetup's wheel built from this checkout with every dependency for cp312
+#      x86_64 from PyPI, the causal-conv1d 1.7.0 and flash-attn 2.8.3 sdists copied from
+#      $SHARED_DATA, default /work/shared/data; 31 MB, under the 64 MiB a call carries)
 #   2. device call 1:   run(kind="nvidia-h200", carry=[".device"], timeout_s=600,
 #                           command="tests/device/h200.sh builds-start")
 #      installs the wheel into /tmp/mlsetup-wheel (offline), builds causal-conv1d 1.7.0 with its
-#      shipped recipe to its smoke test (mlsetup's nvcc keeps sm_90 only; at most 7 min, then
+#      shipped recipe to its smoke test (mlsetup's nvcc keeps sm_90 only; at most 5 min, then
 #      it is stopped and the sequence goes on), times 5 detached and 3 foreground second applies,
 #      then starts flash-attn 2.8.3 at build.memory_limit = "48GiB" detached (setsid) and returns.
 #   3. device calls 2+: run(kind="nvidia-h200", carry=[".device"], timeout_s=600,
@@ -244,7 +246,7 @@ builds_start() {
     "$installed/bin/python" "$repo/tests/bench/sample_memory.py" "$results/causal-conv1d-mem.txt" \
         "$(tree_of causal-conv1d-1.7.0)/src/build" &
     local sampler=$! began=$SECONDS code=0
-    timeout -s TERM 420 mlsetup apply --answers "$work/answers-causal.toml" \
+    timeout -s TERM 300 mlsetup apply --answers "$work/answers-causal.toml" \
         > "$results/causal-conv1d-apply.txt" 2>&1 || code=$?
     echo "causal-conv1d apply: exit $code after $((SECONDS - began)) s" | tee -a "$results/notes.txt"
     if [ "$code" = 124 ]; then end_engine; sleep 2; fi
