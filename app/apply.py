@@ -133,7 +133,9 @@ def _view(fs: RootFS, ticket: str | None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, leave)
-    follower = RunFollower(fs, ticket, lock_handed=True)
+    # a 20 ms look at the stream: a second apply ends within a fifth of a second of its
+    # engine's last event, not half of one (the polls cost nothing next to a build)
+    follower = RunFollower(fs, ticket, lock_handed=True, poll=0.02)
     printer = ConsolePrinter()
     for event in follower.events():
         printer(event)
