@@ -64,7 +64,12 @@ def stack_inputs(facts: Facts, answers: Answers) -> tuple[list[str], str, str, l
     """(requirements, Python, platform, builds to try, key) of the resolution these answers
     ask for on this machine."""
     base = choose(facts, answers)
-    build_requires = [r for t in base.build_targets for r in ("pip", *t.recipe.build_requires)]
+    # what the extensions' builds need, and their wheels at run time (installed --no-deps)
+    build_requires = [
+        r
+        for t in base.build_targets
+        for r in ("pip", *t.recipe.build_requires, *t.recipe.runtime_requires)
+    ]
     reqs = requirements(answers, build_requires)
     platform = platform_for(facts.os.arch if facts.os else None)
     builds = builds_to_try(facts, answers)
