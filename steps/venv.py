@@ -290,10 +290,13 @@ def _create(choices: Choices) -> Action:
     )
 
 
+SMOKE_ACTION = "venv.smoke"
+
+
 def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
     return Action(
-        id="venv.smoke",
+        id=SMOKE_ACTION,
         title=f"Smoke-test torch {torch or '(as resolved)'} "
         f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any

@@ -1,0 +1,313 @@
+"""After the sync, torch is frozen: what an extension's wheel may bring into the venv.
+
+The venv step installs the lock in one `uv pip sync`. Every install after it names all it
+installs (--no-deps) at the lock's versions and hashes (steps.extensions builds those argvs).
+What no argv can say is what an extension's wheel itself requires, and which bytes it is. So
+root reads each wheel before it goes in (one built earlier when the extensions step starts, the
+one just built before its install): a wheel whose Requires-Dist the lock does not satisfy (it
+needs another torch, or a package the lock does not hold) is refused with exit 2, naming the
+package, its requirement and the locked torch, before anything of it is installed; otherwise
+root pins the sha256 of the bytes it read in a constraint file beside the lock
+(extensions.wheel_pin), so uv installs exactly those bytes or nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from steps.accounts import lookup_account
+from steps.applyrun import EXIT_INPUT, ApplyRun
+from steps.choices import BuildTarget, Choices
+from steps.diagnose import Diagnosis
+from steps.extensions import build_requirements, installs_wheel, target_key, wheel_pin
+from steps.lock import SHARED_DIR
+from steps.plan import Action, Step
+from steps.safefs import open_dir, open_regular, trusted_dir, walk
+from steps.state import write_atomic
+from steps.units import MiB
+from steps.venvstate import VenvState, probe_venv
+from steps.wheels import (
+    BUILD_ROOT,
+    WHEEL_CACHE,
+    WHEEL_LIMIT,
+    _is_wheel_of,
+    find_wheels,
+    tree_name,
+)
+
+log = logging.getLogger("mlsetup.frozen")
+
+METADATA_LIMIT = MiB  # a wheel's METADATA is a few KiB; its long description at most this
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """One wheel as root read it: its name, the sha256 of those bytes, what it requires."""
+
+    name: str
+    sha256: str
+    requires: tuple[str, ...]
+
+
+class WheelUnreadable(Exception):
+    """The wheel is not one root can read safely or make sense of."""
+
+
+def read_wheel(fd: int, name: str) -> WheelFile:
+    """The wheel open at `fd` (which this closes): hashed and its METADATA read from the same
+    bytes, bounded."""
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        size = 0
+        while chunk := f.read(MiB):
+            size += len(chunk)
+            if size > WHEEL_LIMIT:
+                raise WheelUnreadable(f"{name} is larger than {WHEEL_LIMIT} bytes")
+            digest.update(chunk)
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as zf:
+                metadata = [
+                    i
+                    for i in zf.infolist()
+                    if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
+                ]
+                if len(metadata) != 1 or metadata[0].file_size > METADATA_LIMIT:
+                    raise WheelUnreadable(f"{name} has no single readable .dist-info/METADATA")
+                with zf.open(metadata[0]) as m:
+                    text = m.read(METADATA_LIMIT + 1).decode("utf-8", "replace")
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise WheelUnreadable(f"{name} is not a readable wheel: {exc}") from None
+    requires = HeaderParser().parsestr(text).get_all("Requires-Dist") or []
+    return WheelFile(name, digest.hexdigest(), tuple(str(r).strip() for r in requires))
+
+
+def unmet(requires: tuple[str, ...], stack: Mapping[str, str], python: str) -> list[str]:
+    """Each requirement (Requires-Dist) that `stack` (canonical name -> version: the lock, or
+    the venv kept unlocked) does not satisfy, as the refusal names it; markers are judged for
+    the venv's Python on this machine."""
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env["extra"] = ""
+    if python:
+        env["python_full_version"] = python
+        env["python_version"] = ".".join(python.split(".")[:2])
+    out = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            out.append(f"{line!r} (not a requirement mlsetup can read)")
+            continue
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        have = stack.get(canonicalize_name(req.name))
+        if have is None:
+            out.append(f"{req} (the lock has no {req.name})")
+            continue
+        try:
+            ok = req.specifier.contains(Version(have), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            out.append(f"{req} (the lock has {req.name} {have})")
+    return out
+
+
+class FrozenStack:
+    """The engine's checks that keep the extensions step inside the lock."""
+
+    def __init__(self, run: ApplyRun) -> None:
+        self.run = run
+
+    def before_step(self, step: Step) -> None:
+        """Before the extensions step runs anything: every build requirement is in the lock,
+        and every wheel built earlier that is about to be installed fits it (exit 2 if not)."""
+        lock = self.run.choices.lock
+        if lock is not None:
+            for target in self.run.choices.build_targets:
+                missing = [n for n in build_requirements(target) if n not in lock.packages]
+                if missing and any(
+                    a.id == f"extensions.{target.answer.name}.build" for a in step.actions
+                ):
+                    self._refuse(
+                        None,
+                        f"{target.answer.name}'s build needs {', '.join(missing)}, which the "
+                        f"lock does not hold (a venv.lock resolved without this extension?); "
+                        "every install after the sync comes from the lock, so nothing was "
+                        "installed",
+                        "Resolve the lock with this extension in the answers (leave venv.lock "
+                        "empty, or make the lock on a host with the same extensions), then run "
+                        "the apply again.",
+                    )
+        for action in step.actions:
+            if action.id.endswith(".install-wheel") and installs_wheel(action):
+                self._check(action)
+
+    def before_install(self, action: Action) -> None:
+        """Right before an extension's wheel is installed: it fits the lock, and the hash of the
+        bytes root read is pinned where the install's argv reads it."""
+        target, wheels = self._check(action)
+        pin = wheel_pin(target.recipe.package, target.answer.version)
+        hashes = " ".join(f"--hash=sha256:{w.sha256}" for w in wheels)
+        self._shared_dir()
+        write_atomic(
+            self.run.fs.path(pin),
+            f"{target.recipe.package}=={target.answer.version} {hashes}\n",
+            mode=0o644,
+        )
+        log.info("%s: pinned %s in %s", action.id, [(w.name, w.sha256) for w in wheels], pin)
+
+    # -- reading the wheels -------------------------------------------------------------------
+
+    def _check(self, action: Action) -> tuple[BuildTarget, list[WheelFile]]:
+        choices = self.run.choices
+        target = self._target(action)
+        venv = probe_venv(self.run.fs, choices.venv_path)
+        where, wheels = self._wheels(action, target, venv)
+        if not wheels:
+            self.run.fail(
+                "extensions",
+                action,
+                None,
+                None,
+                what=f"no wheel of {target.recipe.package} {target.answer.version} in {where}",
+                diagnosis=None,
+            )
+        stack, python = _stack(choices, venv)
+        problems = {w.name: found for w in wheels if (found := unmet(w.requires, stack, python))}
+        if problems:
+            torch = stack.get("torch", "none")
+            named = "; ".join(f"{name} requires {', '.join(p)}" for name, p in problems.items())
+            self._refuse(
+                action,
+                f"{target.answer.name} {target.answer.version}: its wheel in {where}: {named}. "
+                f"Nothing installed after the sync may change the locked stack (torch "
+                f"{torch}): nothing of {target.answer.name} was installed",
+                _next_for(target, torch, problems),
+            )
+        log.info("%s: %s fit the lock", action.id, [w.name for w in wheels])
+        return target, wheels
+
+    def _target(self, action: Action) -> BuildTarget:
+        name = action.id.split(".")[1]
+        return next(t for t in self.run.choices.build_targets if t.answer.name == name)
+
+    def _wheels(
+        self, action: Action, target: BuildTarget, venv: VenvState | None
+    ) -> tuple[str, list[WheelFile]]:
+        """Where the install takes the wheel from, and each wheel of the target there."""
+        fs, choices = self.run.fs, self.run.choices
+        package, version = target.recipe.package, target.answer.version
+        owner = lookup_account(fs, choices.owner.run_as) if choices.owner.run_as else None
+        me = os.geteuid()
+        try:
+            if action.id.endswith(".install-wheel"):
+                key = target_key(target, venv) or ""
+                wheelhouse = self.run.req.answers.build.wheelhouse
+                wanted = {key: (package, version)} if key else {}
+                where = find_wheels(fs, wheelhouse, wanted, choices.owner.run_as).get(key, "")
+                if not where:
+                    raise FileNotFoundError(0, "the wheel built earlier is gone", key)
+                # as find_wheels trusts them: the machine's cache is root's alone
+                if where == f"{WHEEL_CACHE}/{key}":
+                    base, owners = fs.path(WHEEL_CACHE), {me}
+                else:
+                    base, owners = Path(wheelhouse), {me, owner.uid if owner else me}
+                base_fd = trusted_dir(base, owners, mode=None)
+                try:
+                    dir_fd = trusted_dir(key, owners, dir_fd=base_fd, mode=None)
+                finally:
+                    os.close(base_fd)
+                file_owner = None  # a trusted directory: only root or the operator put it there
+            else:  # the wheel just built, in the compiling account's tree
+                tree = tree_name(target.answer.name, version)
+                where = f"{BUILD_ROOT}/{tree}/wheels"
+                file_owner = owner.uid if owner else me
+                root_fd = open_dir(fs.path(BUILD_ROOT), owner=me)
+                try:
+                    dir_fd = walk(root_fd, f"{tree}/wheels", owner=file_owner)
+                finally:
+                    os.close(root_fd)
+        except OSError as exc:
+            self.run.fail(
+                "extensions",
+                action,
+                None,
+                None,
+                what=f"refused to read {package}'s wheel: {exc}",
+                diagnosis=None,
+            )
+        try:
+            out = []
+            for name in sorted(os.listdir(dir_fd)):
+                if _is_wheel_of(name, package, version):
+                    out.append(
+                        read_wheel(open_regular(name, dir_fd=dir_fd, owner=file_owner), name)
+                    )
+        except (OSError, WheelUnreadable) as exc:
+            self.run.fail(
+                "extensions", action, None, None, what=f"refused {where}: {exc}", diagnosis=None
+            )
+        finally:
+            os.close(dir_fd)
+        return where, out
+
+    # -- the refusal and the shared directory -------------------------------------------------
+
+    def _refuse(self, action: Action | None, what: str, nxt: str) -> None:
+        self.run.fail(
+            "extensions",
+            action,
+            None,
+            None,
+            what=what,
+            diagnosis=Diagnosis(
+                "outside-the-lock",
+                "Every install after the sync must fit the lock: torch, and everything built "
+                "against it, never moves.",
+                nxt,
+            ),
+            code=EXIT_INPUT,
+        )
+
+    def _shared_dir(self) -> None:
+        """The directory beside the lock that only root writes and the venv's owner reads."""
+        shared = self.run.fs.path(SHARED_DIR)
+        for directory in (shared.parent, shared):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
+
+
+def _stack(choices: Choices, venv: VenvState | None) -> tuple[dict[str, str], str]:
+    """What the wheel must fit (the lock; a venv kept unlocked: what it holds), and the venv's
+    Python."""
+    python = (venv.python_version if venv else None) or choices.python
+    if choices.lock is not None:
+        return dict(choices.lock.packages), python
+    return (dict(venv.packages) if venv else {}), python
+
+
+def _next_for(target: BuildTarget, torch: str, problems: Mapping[str, list[str]]) -> str:
+    name = target.answer.name
+    if any(p.startswith("torch") for found in problems.values() for p in found):
+        return (
+            f"Use a release of {name} whose wheel allows torch {torch} (extensions.version), or "
+            f"remove that wheel so it is built against this torch; or set torch.version to one "
+            f"{name} allows, so the lock is resolved for it. Then run the apply again."
+        )
+    return (
+        f"Add what {name} requires to torch.packages (or to its recipe's runtime_requires), so "
+        "the lock is resolved with it; then run the apply again."
+    )
