@@ -31,6 +31,7 @@ from steps.accounts import lookup_account
 from steps.applyrun import EXIT_INPUT, ApplyRun
 from steps.choices import BuildTarget, Choices
 from steps.diagnose import Diagnosis
+from steps.events import Notice
 from steps.extensions import build_requirements, installs_wheel, target_key, wheel_pin
 from steps.lock import SHARED_DIR
 from steps.plan import Action, Step
@@ -252,10 +253,14 @@ class FrozenStack:
         try:
             out = []
             for name in sorted(os.listdir(dir_fd)):
-                if _is_wheel_of(name, package, version):
-                    out.append(
-                        read_wheel(open_regular(name, dir_fd=dir_fd, owner=file_owner), name)
-                    )
+                if not _is_wheel_of(name, package, version):
+                    continue
+                try:
+                    fd = open_regular(name, dir_fd=dir_fd, owner=file_owner)
+                except OSError as exc:  # a link, a FIFO, another's file: its hash is not pinned
+                    self.run.emit(Notice(text=f"did not read {where}/{name}: {exc.strerror}"))
+                    continue
+                out.append(read_wheel(fd, name))
         except (OSError, WheelUnreadable) as exc:
             self.run.fail(
                 "extensions", action, None, None, what=f"refused {where}: {exc}", diagnosis=None
