@@ -80,7 +80,7 @@ class Engine:
         self.reboots = RebootResume(self.apply_run, self.actions, self._finish)
         self.builds = ExtensionBuilds(self.apply_run)
         self.stack = StackSettler(self.apply_run, self.actions)
-        self.frozen = FrozenStack(self.apply_run)
+        self.frozen = FrozenStack(self.apply_run, self.actions)
         self.plan: Plan | None = None
         self._event_log: EventLog | None = None
         self._events: Path | None = None

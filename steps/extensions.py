@@ -138,6 +138,11 @@ def _actions(
 UV_INSTALL = ["uv", "pip", "install", "--no-config", "--no-deps"]
 
 
+# The sdists the extensions step downloads, with the hashes their index publishes: what uv
+# resolves for them (metadata only) before the step, kept beside the lock (steps.frozen).
+SOURCES = f"{SHARED_DIR}/sources.txt"
+
+
 def wheel_pin(package: str, version: str) -> str:
     """The constraint file, beside the lock, in which root pins the hash of the wheel it read
     (steps.frozen) before that wheel is installed."""
@@ -240,9 +245,19 @@ def _source_actions(
         actions.append(
             Action(
                 id=f"extensions.{name}.source",
-                title=f"Download {name} {version}'s source",
+                title=f"Download {name} {version}'s source, by the hash its index publishes",
                 # the sdist's metadata step imports torch: no build isolation here either
-                argv=[py, "-m", *PIP_DOWNLOAD, "--dest", archive, requirement],
+                argv=[
+                    py,
+                    "-m",
+                    *PIP_DOWNLOAD,
+                    "--require-hashes",
+                    "--constraint",
+                    SOURCES,
+                    "--dest",
+                    archive,
+                    requirement,
+                ],
                 user=user,
             )
         )

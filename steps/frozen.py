@@ -8,7 +8,8 @@ one just built before its install): a wheel whose Requires-Dist the lock does no
 needs another torch, or a package the lock does not hold) is refused with exit 2, naming the
 package, its requirement and the locked torch, before anything of it is installed; otherwise
 root pins the sha256 of the bytes it read in a constraint file beside the lock
-(extensions.wheel_pin), so uv installs exactly those bytes or nothing.
+(extensions.wheel_pin), so uv installs exactly those bytes or nothing. An extension's source
+from the index is pinned the same way, by the hash the index publishes (extensions.SOURCES).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import NoReturn
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -28,12 +30,19 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from steps.accounts import lookup_account
-from steps.applyrun import EXIT_INPUT, ApplyRun
+from steps.actions import ActionRunner
+from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
 from steps.choices import BuildTarget, Choices
 from steps.diagnose import Diagnosis
 from steps.events import Notice
-from steps.extensions import build_requirements, installs_wheel, target_key, wheel_pin
-from steps.lock import SHARED_DIR
+from steps.extensions import (
+    SOURCES,
+    build_requirements,
+    installs_wheel,
+    target_key,
+    wheel_pin,
+)
+from steps.lock import SHARED_DIR, index_args, no_solution
 from steps.plan import Action, Step
 from steps.safefs import open_dir, open_regular, trusted_dir, walk
 from steps.state import write_atomic
@@ -50,6 +59,7 @@ from steps.wheels import (
 
 log = logging.getLogger("mlsetup.frozen")
 
+SOURCES_IN = f"{SHARED_DIR}/sources.in"  # what uv resolves the sources' hashes from
 METADATA_LIMIT = MiB  # a wheel's METADATA is a few KiB; its long description at most this
 
 
@@ -129,8 +139,9 @@ def unmet(requires: tuple[str, ...], stack: Mapping[str, str], python: str) -> l
 class FrozenStack:
     """The engine's checks that keep the extensions step inside the lock."""
 
-    def __init__(self, run: ApplyRun) -> None:
+    def __init__(self, run: ApplyRun, actions: ActionRunner) -> None:
         self.run = run
+        self.actions = actions
 
     def before_step(self, step: Step) -> None:
         """Before the extensions step runs anything: every build requirement is in the lock,
@@ -155,6 +166,7 @@ class FrozenStack:
         for action in step.actions:
             if action.id.endswith(".install-wheel") and installs_wheel(action):
                 self._check(action)
+        self._pin_sources(step)
 
     def before_install(self, action: Action) -> None:
         """Right before an extension's wheel is installed: it fits the lock, and the hash of the
@@ -169,6 +181,73 @@ class FrozenStack:
             mode=0o644,
         )
         log.info("%s: pinned %s in %s", action.id, [(w.name, w.sha256) for w in wheels], pin)
+
+    # -- the sources --------------------------------------------------------------------------
+
+    def _pin_sources(self, step: Step) -> None:
+        """The sdists this step downloads, pinned by the hashes their index publishes: uv
+        resolves each release alone (--no-deps: metadata from the index page only, no build
+        backend runs) from the same index as the lock, into SOURCES, which the download reads
+        as a constraint with --require-hashes."""
+        choices, fs = self.run.choices, self.run.fs
+        wanted = {f"extensions.{t.answer.name}.source": t for t in choices.build_targets}
+        reqs = [
+            wanted[a.id].recipe.requirement_for(wanted[a.id].answer.version)
+            for a in step.actions
+            if a.id in wanted
+        ]
+        if not reqs:
+            return
+        self._shared_dir()
+        write_atomic(fs.path(SOURCES_IN), "\n".join(reqs) + "\n", mode=0o644)
+        fs.path(SOURCES).unlink(missing_ok=True)  # no earlier run's pins stand in for these
+        lock = choices.lock
+        action = Action(
+            id="extensions.source-hashes",
+            title=f"Resolve the hashes of {', '.join(reqs)}'s source on the index",
+            argv=[
+                "uv",
+                "pip",
+                "compile",
+                "--no-config",
+                "--no-deps",
+                "--generate-hashes",
+                "--no-header",
+                "--no-annotate",
+                "--no-python-downloads",
+                "--python-version",
+                lock.python if lock else choices.python,
+                *index_args(self.run.req.answers, lock.build if lock else choices.torch_build),
+                "--output-file",
+                SOURCES,
+                SOURCES_IN,
+            ],
+        )
+        result = self.actions.command("extensions", action)
+        if result is not None and result.exit_code == 0:
+            log.info("source hashes: %s", fs.read_text(SOURCES))
+            return
+        said = " ".join(result.tail[-6:]) if result else "uv could not be started"
+        if result is not None and no_solution(result.tail):
+            self._refuse(
+                None,
+                f"the index has no {', '.join(reqs)} (or none for Python "
+                f"{lock.python if lock else choices.python}): uv says: {said}",
+                "Set the extension's version to a release its index has, then run the apply again.",
+            )
+        self.run.fail(
+            "extensions",
+            None,
+            result.exit_code if result else None,
+            None,
+            what=f"uv could not resolve the hashes of {', '.join(reqs)}: {said}",
+            diagnosis=Diagnosis(
+                "index-unreachable",
+                "uv could not reach the package index for the extensions' sources.",
+                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
+                f"torch.index_url), then: {RESUME_COMMAND}",
+            ),
+        )
 
     # -- reading the wheels -------------------------------------------------------------------
 
@@ -271,7 +350,7 @@ class FrozenStack:
 
     # -- the refusal and the shared directory -------------------------------------------------
 
-    def _refuse(self, action: Action | None, what: str, nxt: str) -> None:
+    def _refuse(self, action: Action | None, what: str, nxt: str) -> NoReturn:
         self.run.fail(
             "extensions",
             action,

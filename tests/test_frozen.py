@@ -11,10 +11,12 @@ torch 2.9.0+cu128 (`torch.version = "==2.9.0"`), while the extra index also serv
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -85,12 +87,17 @@ def env(index: PackageIndex) -> dict[str, str]:
 
 
 def write_answers(
-    server: FakeServer, index: PackageIndex, extension: str | None, extra: str = "", lock: str = ""
+    server: FakeServer,
+    index: PackageIndex,
+    extension: str | None,
+    extra: str = "",
+    lock: str = "",
+    version: str = "0.1.0",
 ) -> None:
     server.answers.write_text(
         f'version = 1\n[venv]\npath = "~/ml-env"\npython = "auto"\nlock = "{lock}"\n'
         f'[torch]\nindex_url = "{index.torch_url}"\nversion = "==2.9.0"\n'
-        + (f'[[extensions]]\nname = "{extension}"\nversion = "0.1.0"\n' if extension else "")
+        + (f'[[extensions]]\nname = "{extension}"\nversion = "{version}"\n' if extension else "")
         + f'[reboot]\npolicy = "never"\n{extra}'
     )
 
@@ -101,10 +108,12 @@ def add_extension(
     requires: tuple[str, ...] = (),
     runtime_requires: tuple[str, ...] = (),
     smoke: str = "",
+    from_index: bool = False,
 ) -> None:
     """A tiny extension whose wheel requires `requires` (setup.py install_requires), with its
     recipe (`runtime_requires` as the recipe declares them), its source owned by the venv's
-    account, as an operator's own would be."""
+    account, as an operator's own would be; `from_index`: the recipe names the release, whose
+    sdist comes from the index (see `publish_sdist`)."""
     src = server.base / "src" / name
     (src / name).mkdir(parents=True)
     (src / name / "__init__.py").write_text("import torch  # built and run against the venv's\n")
@@ -120,9 +129,31 @@ def add_extension(
         "arch_map = { '9.0' = '90' }\nthreads_variable = 'NVCC_THREADS'\nthreads = 1\n"
         f"force_build_variable = 'FORCE'\npeak_job_gib = 0.5\nbuild_requires = ['setuptools']\n"
         + (f"runtime_requires = {json.dumps(list(runtime_requires))}\n" if runtime_requires else "")
-        + f"prebuilt_cuda_majors = []\nrequirement = '{src}'\n"
-        f"smoke_test = '''{smoke or f'import {name}'}'''\n"
+        + "prebuilt_cuda_majors = []\n"
+        + ("" if from_index else f"requirement = '{src}'\n")
+        + f"smoke_test = '''{smoke or f'import {name}'}'''\n"
     )
+
+
+def publish_sdist(index: PackageIndex, where: str, name: str, ran: Path, note: str = "") -> Path:
+    """An sdist of `name` 0.1.0 on the `where` index, whose setup.py appends the uid of every
+    process that runs it to `ran` (`note` changes its bytes, not what it does)."""
+    files = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n",
+        "setup.py": f"# {note}\nimport os\nwith open({str(ran)!r}, 'a') as f:\n"
+        "    f.write(f'{os.geteuid()}\\n')\nfrom setuptools import setup\n"
+        f"setup(name={name!r}, version='0.1.0', packages=[{name!r}])\n",
+        f"{name}/__init__.py": "import torch  # built and run against the venv's\n",
+    }
+    made = index.root.parent / f"sdist-{where}" / f"{name}-0.1.0.tar.gz"
+    made.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(made, "w:gz") as tar:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-0.1.0/{member}")
+            info.size, info.mtime, info.mode = len(data), 1_764_547_200, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return index.add_file(where, name, made)
 
 
 def venv(server: FakeServer) -> VenvState:
@@ -272,3 +303,80 @@ def test_a_venv_lock_without_the_build_requirements_is_refused_before_the_step(
     failure = server.report()["failure"]
     assert "withdep's build needs pip, setuptools, which the lock does not hold" in failure["what"]
     assert server.report()["ran"] == []
+
+
+def sources_env(index: PackageIndex, pip_index: Path | None = None) -> dict[str, str]:
+    """pip, which downloads the sdist, reads its own index setting: the same local index (or
+    `pip_index`), and no configuration file of this machine."""
+    return {
+        **env(index),
+        "PIP_INDEX_URL": (pip_index or index.root / "pypi").as_uri(),
+        "PIP_CONFIG_FILE": os.devnull,
+    }
+
+
+def ran_setup_file(server: FakeServer) -> Path:
+    ran = server.base / "ran-setup.txt"
+    ran.write_text("")
+    ran.chmod(0o666)  # the venv's account runs the sdist's setup.py too
+    return ran
+
+
+def test_an_extensions_sdist_is_downloaded_by_the_hash_its_index_publishes(
+    server: FakeServer, build_tools: list[Path]
+):
+    index = frozen_machine(server, build_tools)
+    ran = ran_setup_file(server)
+    sdist = publish_sdist(index, "pypi", "srcext", ran)
+    add_extension(server, "srcext", from_index=True)
+    write_answers(server, index, "srcext")
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **sources_env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    pins = (server.root / "var/cache/mlsetup/stack/sources.txt").read_text()
+    assert pins == f"srcext==0.1.0 \\\n    --hash=sha256:{digest}\n"
+    download = action_log(server, "extensions.srcext.source")
+    assert "--require-hashes --constraint /var/cache/mlsetup/stack/sources.txt" in download
+    assert venv(server).version_of("srcext") == "0.1.0"
+    # resolving the hash ran no code of the sdist as root: only the venv's account ran setup.py
+    assert "extensions.source-hashes" in [e.action for e in server.events() if hasattr(e, "action")]
+    assert set(ran.read_text().split()) == {str(USER_UID)}
+
+
+def test_an_sdist_that_is_not_the_one_the_index_published_is_refused(
+    server: FakeServer, build_tools: list[Path]
+):
+    """pip is handed another copy of the release (a mirror gone wrong, a tampered file): the
+    download fails on the hash and nothing of it runs or is built."""
+    index = frozen_machine(server, build_tools)
+    ran = ran_setup_file(server)
+    publish_sdist(index, "pypi", "srcext", ran)
+    other = PackageIndex(server.base / "other")
+    publish_sdist(other, "pypi", "srcext", ran, note="not the published bytes")
+    add_extension(server, "srcext", from_index=True)
+    write_answers(server, index, "srcext")
+
+    run = server.mlsetup(
+        "apply", "--answers", str(server.answers), **sources_env(index, other.root / "pypi")
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert server.report()["failure"]["action"] == "extensions.srcext.source"
+    assert "DO NOT MATCH THE HASHES" in action_log(server, "extensions.srcext.source")
+    assert "extensions.srcext.build" not in server.report()["ran"]
+    assert ran.read_text() == ""
+
+
+def test_an_extension_release_the_index_lacks_is_exit_2_before_the_step(
+    server: FakeServer, build_tools: list[Path]
+):
+    index = frozen_machine(server, build_tools)
+    publish_sdist(index, "pypi", "srcext", ran_setup_file(server))
+    add_extension(server, "srcext", from_index=True)
+    write_answers(server, index, "srcext", version="9.9.9")
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **sources_env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    what = server.report()["failure"]["what"]
+    assert "the index has no srcext==9.9.9" in what and "Traceback" not in run.stdout
+    assert not [a for a in server.report()["ran"] if a.startswith("extensions.")]
