@@ -249,6 +249,8 @@ class Engine:
             facts, plan = self._plan()
             # this step's decisions, made once
             self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
+            if name == STEP_ORDER[0] and not self.req.dry_run:
+                self.frozen.before_run()  # exit 2 before anything for a wheel needing another torch
             step = plan.step(name)
             if step.status == "satisfied":
                 log.info("%s: satisfied: %s", name, step.reason)

@@ -143,35 +143,54 @@ class FrozenStack:
         self.run = run
         self.actions = actions
 
+    def before_run(self) -> None:
+        """Before any step changes the machine: a wheel built earlier for the locked torch that
+        the extensions step would install must fit the lock (exit 2 if not: nothing installed)."""
+        choices, fs = self.run.choices, self.run.fs
+        lock = choices.lock
+        if lock is None:
+            return
+        venv = probe_venv(fs, choices.venv_path)
+        # the venv as the sync will leave it: the wheel cache's key follows the lock's torch
+        synced = VenvState(choices.venv_path, lock.python, {"torch": lock.torch})
+        for target in choices.build_targets:
+            package, version = target.recipe.package, target.answer.version
+            key = target_key(target, synced)
+            if key is None or (venv and venv.version_of(package) == version):
+                continue
+            wheels = self.run.req.answers.build.wheelhouse
+            if key in find_wheels(fs, wheels, {key: (package, version)}, choices.owner.run_as):
+                self._check(target, None, key)
+
     def before_step(self, step: Step) -> None:
         """Before the extensions step runs anything: every build requirement is in the lock,
-        and every wheel built earlier that is about to be installed fits it (exit 2 if not)."""
+        every wheel built earlier that is about to be installed fits it (exit 2 if not), and the
+        sources it downloads are pinned."""
         lock = self.run.choices.lock
-        if lock is not None:
-            for target in self.run.choices.build_targets:
-                missing = [n for n in build_requirements(target) if n not in lock.packages]
-                if missing and any(
-                    a.id == f"extensions.{target.answer.name}.build" for a in step.actions
-                ):
-                    self._refuse(
-                        None,
-                        f"{target.answer.name}'s build needs {', '.join(missing)}, which the "
-                        f"lock does not hold (a venv.lock resolved without this extension?); "
-                        "every install after the sync comes from the lock, so nothing was "
-                        "installed",
-                        "Resolve the lock with this extension in the answers (leave venv.lock "
-                        "empty, or make the lock on a host with the same extensions), then run "
-                        "the apply again.",
-                    )
+        for target in self.run.choices.build_targets:
+            missing = [n for n in build_requirements(target) if lock and n not in lock.packages]
+            if missing and any(
+                a.id == f"extensions.{target.answer.name}.build" for a in step.actions
+            ):
+                self._refuse(
+                    None,
+                    f"{target.answer.name}'s build needs {', '.join(missing)}, which the lock "
+                    "does not hold (a venv.lock resolved without this extension?); every install "
+                    "after the sync comes from the lock, so nothing was installed",
+                    "Resolve the lock with this extension in the answers (leave venv.lock empty, "
+                    "or make the lock on a host with the same extensions), then run the apply "
+                    "again.",
+                )
         for action in step.actions:
             if action.id.endswith(".install-wheel") and installs_wheel(action):
-                self._check(action)
+                self._check(self._target(action), action, self._key(action))
         self._pin_sources(step)
 
     def before_install(self, action: Action) -> None:
         """Right before an extension's wheel is installed: it fits the lock, and the hash of the
         bytes root read is pinned where the install's argv reads it."""
-        target, wheels = self._check(action)
+        target = self._target(action)
+        wheels = self._check(target, action, self._key(action))
         pin = wheel_pin(target.recipe.package, target.answer.version)
         hashes = " ".join(f"--hash=sha256:{w.sha256}" for w in wheels)
         self._shared_dir()
@@ -189,12 +208,12 @@ class FrozenStack:
         resolves each release alone (--no-deps: metadata from the index page only, no build
         backend runs) from the same index as the lock, into SOURCES, which the download reads
         as a constraint with --require-hashes."""
-        choices, fs = self.run.choices, self.run.fs
+        choices, fs, state = self.run.choices, self.run.fs, self.run.state
         wanted = {f"extensions.{t.answer.name}.source": t for t in choices.build_targets}
         reqs = [
             wanted[a.id].recipe.requirement_for(wanted[a.id].answer.version)
             for a in step.actions
-            if a.id in wanted
+            if a.id in wanted and not (state and state.done(a.id))  # a resume: downloaded
         ]
         if not reqs:
             return
@@ -251,11 +270,14 @@ class FrozenStack:
 
     # -- reading the wheels -------------------------------------------------------------------
 
-    def _check(self, action: Action) -> tuple[BuildTarget, list[WheelFile]]:
+    def _check(
+        self, target: BuildTarget, action: Action | None, key: str | None
+    ) -> list[WheelFile]:
+        """The target's wheels (built earlier under `key`; None: just built), read; exit 2 unless
+        every one fits the lock."""
         choices = self.run.choices
-        target = self._target(action)
         venv = probe_venv(self.run.fs, choices.venv_path)
-        where, wheels = self._wheels(action, target, venv)
+        where, wheels = self._read(target, action, key)
         if not wheels:
             self.run.fail(
                 "extensions",
@@ -277,49 +299,29 @@ class FrozenStack:
                 f"{torch}): nothing of {target.answer.name} was installed",
                 _next_for(target, torch, problems),
             )
-        log.info("%s: %s fit the lock", action.id, [w.name for w in wheels])
-        return target, wheels
+        log.info("%s: %s fit the lock", target.answer.name, [w.name for w in wheels])
+        return wheels
 
     def _target(self, action: Action) -> BuildTarget:
         name = action.id.split(".")[1]
         return next(t for t in self.run.choices.build_targets if t.answer.name == name)
 
-    def _wheels(
-        self, action: Action, target: BuildTarget, venv: VenvState | None
+    def _key(self, action: Action) -> str | None:
+        """The wheel cache key an install-wheel action takes its wheel by; None: just built."""
+        if not action.id.endswith(".install-wheel"):
+            return None
+        venv = probe_venv(self.run.fs, self.run.choices.venv_path)
+        return target_key(self._target(action), venv) or ""
+
+    def _read(
+        self, target: BuildTarget, action: Action | None, key: str | None
     ) -> tuple[str, list[WheelFile]]:
-        """Where the install takes the wheel from, and each wheel of the target there."""
-        fs, choices = self.run.fs, self.run.choices
+        """Where the install takes the target's wheel from, and each of its wheels there."""
         package, version = target.recipe.package, target.answer.version
-        owner = lookup_account(fs, choices.owner.run_as) if choices.owner.run_as else None
-        me = os.geteuid()
         try:
-            if action.id.endswith(".install-wheel"):
-                key = target_key(target, venv) or ""
-                wheelhouse = self.run.req.answers.build.wheelhouse
-                wanted = {key: (package, version)} if key else {}
-                where = find_wheels(fs, wheelhouse, wanted, choices.owner.run_as).get(key, "")
-                if not where:
-                    raise FileNotFoundError(0, "the wheel built earlier is gone", key)
-                # as find_wheels trusts them: the machine's cache is root's alone
-                if where == f"{WHEEL_CACHE}/{key}":
-                    base, owners = fs.path(WHEEL_CACHE), {me}
-                else:
-                    base, owners = Path(wheelhouse), {me, owner.uid if owner else me}
-                base_fd = trusted_dir(base, owners, mode=None)
-                try:
-                    dir_fd = trusted_dir(key, owners, dir_fd=base_fd, mode=None)
-                finally:
-                    os.close(base_fd)
-                file_owner = None  # a trusted directory: only root or the operator put it there
-            else:  # the wheel just built, in the compiling account's tree
-                tree = tree_name(target.answer.name, version)
-                where = f"{BUILD_ROOT}/{tree}/wheels"
-                file_owner = owner.uid if owner else me
-                root_fd = open_dir(fs.path(BUILD_ROOT), owner=me)
-                try:
-                    dir_fd = walk(root_fd, f"{tree}/wheels", owner=file_owner)
-                finally:
-                    os.close(root_fd)
+            where, dir_fd, file_owner = (
+                self._open_built(target) if key is None else self._open_earlier(target, key)
+            )
         except OSError as exc:
             self.run.fail(
                 "extensions",
@@ -347,6 +349,45 @@ class FrozenStack:
         finally:
             os.close(dir_fd)
         return where, out
+
+    def _open_earlier(self, target: BuildTarget, key: str) -> tuple[str, int, int | None]:
+        """The directory of the wheel built earlier under `key` (the machine's cache, else the
+        wheelhouse), trusted as find_wheels trusts it."""
+        fs, choices = self.run.fs, self.run.choices
+        wheelhouse = self.run.req.answers.build.wheelhouse
+        wanted = {key: (target.recipe.package, target.answer.version)} if key else {}
+        where = find_wheels(fs, wheelhouse, wanted, choices.owner.run_as).get(key, "")
+        if not where:
+            raise FileNotFoundError(0, "no wheel built earlier any more", key)
+        me = os.geteuid()
+        if where == f"{WHEEL_CACHE}/{key}":  # the machine's cache is root's alone
+            base, owners = fs.path(WHEEL_CACHE), {me}
+        else:
+            owner = lookup_account(fs, choices.owner.run_as) if choices.owner.run_as else None
+            base, owners = Path(wheelhouse), {me, owner.uid if owner else me}
+        base_fd = trusted_dir(base, owners, mode=None)
+        try:
+            # a trusted directory: only root or the operator put its files there
+            return where, trusted_dir(key, owners, dir_fd=base_fd, mode=None), None
+        finally:
+            os.close(base_fd)
+
+    def _open_built(self, target: BuildTarget) -> tuple[str, int, int | None]:
+        """The wheels directory of the target's build tree: the compiling account's, walked
+        without following a link, its files that account's."""
+        fs, choices = self.run.fs, self.run.choices
+        owner = lookup_account(fs, choices.owner.run_as) if choices.owner.run_as else None
+        builder = owner.uid if owner else os.geteuid()
+        tree = tree_name(target.answer.name, target.answer.version)
+        root_fd = open_dir(fs.path(BUILD_ROOT), owner=os.geteuid())
+        try:
+            return (
+                f"{BUILD_ROOT}/{tree}/wheels",
+                walk(root_fd, f"{tree}/wheels", owner=builder),
+                builder,
+            )
+        finally:
+            os.close(root_fd)
 
     # -- the refusal and the shared directory -------------------------------------------------
 

@@ -168,7 +168,7 @@ def action_log(server: FakeServer, action: str) -> str:
     return log.read_text()
 
 
-def test_a_wheel_built_earlier_that_needs_another_torch_is_refused_before_the_step(
+def test_a_wheel_built_earlier_that_needs_another_torch_is_refused_before_anything_runs(
     server: FakeServer, build_tools: list[Path]
 ):
     index = frozen_machine(server, build_tools)
@@ -193,9 +193,18 @@ def test_a_wheel_built_earlier_that_needs_another_torch_is_refused_before_the_st
         assert words in failure["what"], failure["what"]
         assert words in run.stdout
     assert "Traceback" not in run.stdout + run.stderr
-    # before the step: none of its actions ran, and the venv is as the sync left it
-    assert "venv.sync" in report["ran"]
-    assert not [a for a in report["ran"] if a.startswith("extensions.")]
+    # known from the lock before any step: nothing ran, no toolkit, no venv
+    assert report["ran"] == [] and server.calls() == [] and not server.venv.exists()
+
+    # a venv already synced to the lock (an earlier apply without the extension): still
+    # refused before the extensions step, and torch stays
+    write_answers(server, index, None)
+    assert server.mlsetup("apply", "--answers", str(server.answers), **env(index)).returncode == 0
+    write_answers(server, index, "tinyext", f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    again = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "requires torch>=2.10 (the lock has torch 2.9.0+cu128)" in again.stdout
+    assert server.report()["ran"] == []
     assert venv(server).version_of("torch") == LOCKED_TORCH
     assert venv(server).version_of("tinyext") is None
 
