@@ -6,8 +6,11 @@ driven through `steps` (the same answers model and planner as `mlsetup apply`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -192,12 +195,33 @@ class Session:
 
     # -- files --------------------------------------------------------------------------------
 
-    def save_answers(self, path: Path) -> Path:
-        """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere."""
+    def save_answers(self, path: Path) -> Saved:
+        """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere.
+        Under sudo the file is written by the invoking account, so it is that account's (not
+        a root-owned file in their checkout) and root writes nothing in a directory another
+        account controls; OSError says why it could not be written."""
         path = path.expanduser().absolute()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.answers.to_toml())
-        return path
+        text = self.answers.to_toml()
+        account = invoking_account()
+        if account is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return Saved(path, None)
+        name, uid, gid = account
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", WRITE_AS_USER, str(path)],
+            input=text,
+            capture_output=True,
+            text=True,
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            timeout=30,
+        )
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            raise OSError(errno.EACCES, lines[-1] if lines else f"exit {done.returncode}")
+        return Saved(path, name)
 
     def write_apply_answers(self) -> Path:
         """The answers the detached engine is started with: root-only, atomically written."""
@@ -257,6 +281,42 @@ class Session:
         if self.facts_file is None:
             self.facts = probe(self.fs).facts
         return self.facts
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    owner: str | None  # the account that wrote it under sudo; None: this process's own
+
+    def __str__(self) -> str:
+        return f"{self.path} (owned by {self.owner})" if self.owner else str(self.path)
+
+
+# run as the invoking account: its own permissions decide, a link in place of the file is
+# refused (O_NOFOLLOW), and the file is readable by that account only (it may name a mirror
+# with credentials); the last line of stderr is the reason shown
+WRITE_AS_USER = """
+import os, sys
+path = sys.argv[1]
+try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(sys.stdin.read())
+except OSError as exc:
+    sys.exit(exc.strerror or str(exc))
+"""
+
+
+def invoking_account() -> tuple[str, int, int] | None:
+    """(name, uid, gid) of the account that ran `sudo mlsetup`; None when not under sudo."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
+    except (KeyError, ValueError):
+        return None
+    return (os.environ.get("SUDO_USER") or str(uid), uid, gid) if uid != 0 else None
 
 
 def default_save_path() -> str:

@@ -13,6 +13,7 @@ STEP_STYLES = {
     "satisfied": "$success",
     "failed": "$error",
     "running": "$accent",
+    "dry-run": "$text-muted",  # walked by the dry run, nothing done: its actions' own mark
 }
 
 
@@ -36,7 +37,12 @@ def status_line(model: RunModel, g: Glyphs, now: float) -> str:
         f = m.finished
         text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
         if m.dry_run:
-            text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
+            n = sum(1 for a in m.actions.values() if a.status == "dry-run")
+            would = "1 action" if n == 1 else f"{n} actions"
+            text = (
+                f"dry run finished: nothing was changed (exit {f.code}); a real apply runs "
+                f"{would} {dot} Enter: summary"
+            )
     elif m.current:
         view = m.actions.get(m.current)
         ran = duration(m.elapsed(now), tenths=False)
