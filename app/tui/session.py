@@ -9,8 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -208,19 +207,7 @@ class Session:
             path.write_text(text)
             return Saved(path, None)
         name, uid, gid = account
-        done = subprocess.run(
-            [sys.executable, "-I", "-c", WRITE_AS_USER, str(path)],
-            input=text,
-            capture_output=True,
-            text=True,
-            user=uid,
-            group=gid,
-            extra_groups=[],
-            timeout=30,
-        )
-        if done.returncode != 0:
-            lines = done.stderr.strip().splitlines()
-            raise OSError(errno.EACCES, lines[-1] if lines else f"exit {done.returncode}")
+        write_as(uid, gid, path, text)
         return Saved(path, name)
 
     def write_apply_answers(self) -> Path:
@@ -292,20 +279,42 @@ class Saved:
         return f"{self.path} (owned by {self.owner})" if self.owner else str(self.path)
 
 
-# run as the invoking account: its own permissions decide, a link in place of the file is
-# refused (O_NOFOLLOW), and the file is readable by that account only (it may name a mirror
-# with credentials); the last line of stderr is the reason shown
-WRITE_AS_USER = """
-import os, sys
-path = sys.argv[1]
-try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(sys.stdin.read())
-except OSError as exc:
-    sys.exit(exc.strerror or str(exc))
-"""
+def write_as(uid: int, gid: int, path: Path, text: str) -> None:
+    """Write `path` in a child that has become the account (uid, gid): its own permissions
+    decide, the file is its own, readable by it only (it may name a mirror with credentials),
+    and a link in place of the file is refused (O_NOFOLLOW). The child only makes system
+    calls before it exits (no exec: the interpreter may live where the account cannot
+    reach). OSError with the child's reason when it could not."""
+    data = text.encode()
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.makedirs(path.parent, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            code = 0
+        except OSError as exc:
+            os.write(write, (exc.strerror or str(exc)).encode()[:500])
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        why = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.EACCES, why or "the write failed")
 
 
 def invoking_account() -> tuple[str, int, int] | None:

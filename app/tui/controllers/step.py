@@ -62,7 +62,7 @@ class StepController:
         specs = []
         for i, ext in enumerate(self.session.answers.extensions):
             specs += [
-                text(f"extensions[{i}].version", f"{ext.name} version"),
+                text(f"extensions[{i}].version", ext.name),
                 text(f"extensions[{i}].archs", "  archs", "list"),
                 select(f"extensions[{i}].source", "  source"),
             ]

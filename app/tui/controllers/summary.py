@@ -50,8 +50,8 @@ class SummaryController:
         if m.dry_run:
             n = sum(1 for a in m.actions.values() if a.status == "dry-run")
             return (
-                f"Dry run complete: {n} action(s) would run; nothing was changed on this "
-                f"machine (exit {f.code})."
+                f"Dry run complete: {n} {'action' if n == 1 else 'actions'} would run; none "
+                f"ran and nothing was changed on this machine (exit {f.code})."
             )
         return f"{f.result}: {f.summary} (exit {f.code})"
 

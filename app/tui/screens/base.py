@@ -87,8 +87,8 @@ class WizardScreen(Screen):
             return [("Enter", "pick"), ("Esc", "close"), *self.app_hints(typing=False)]
         typing = isinstance(focused, Input)
         out: list[KeyHint] = []
-        if isinstance(focused, Button):
-            out.append(("Enter", str(focused.label).lower()))
+        if isinstance(focused, Button):  # its name where the label is long for the bar
+            out.append(("Enter", str(focused.name or focused.label).lower()))
         elif typing:
             out.append(("Enter", "accept"))
         elif isinstance(focused, Select):

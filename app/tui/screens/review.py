@@ -50,8 +50,14 @@ class ReviewScreen(WizardScreen):
             if why:
                 yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
         with Horizontal(id="buttons"):
-            label = "Start the dry run" if self.wizard.session.dry_run else "Apply"
-            yield Button(label, id="next", variant="primary", disabled=why is not None)
+            dry = self.wizard.session.dry_run
+            yield Button(
+                "Start the dry run" if dry else "Apply",
+                id="next",
+                name="dry run" if dry else "apply",
+                variant="primary",
+                disabled=why is not None,
+            )
             yield Button("Save answers", id="save")
             yield Button("Back", id="back")
 

@@ -123,8 +123,7 @@ class ChoiceField(Vertical):
         """Back to the value the answers hold; a refusal goes with the refused value."""
         widget = self.control_widget
         if isinstance(widget, Input):
-            with widget.prevent(Input.Changed):
-                widget.value = self.value
+            widget.value = self.value
             widget.cursor_position = len(self.value)
         self.accept(self.value)
 
