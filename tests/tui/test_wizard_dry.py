@@ -75,7 +75,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         await pilot.pause()
         assert app.model.finished.code == 0
         assert all(a.status == "dry-run" for a in app.model.actions.values())
-        assert "dry run finished: nothing was changed" in shown(app)
+        assert "dry run finished (exit 0): nothing was changed" in shown(app)
 
         await pilot.press("enter")
         assert isinstance(app.screen, SummaryScreen)
@@ -83,7 +83,9 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         text = shown(app)
         assert "Dry run complete: 13 actions would run; none ran" in text
         assert "Use the venv" not in text  # none was made: what a real apply would leave instead
-        assert "A real apply would leave" in text and "flash-attn 2.8.3 built for compute 12.0" in text
+        assert (
+            "A real apply would leave" in text and "flash-attn 2.8.3 built for compute 12.0" in text
+        )
         assert "source /home/ml/ml-env/bin/activate" in text
 
         saved = tmp_path / "answers.toml"

@@ -35,13 +35,13 @@ def status_line(model: RunModel, g: Glyphs, now: float) -> str:
         text = f"The engine stopped: {m.lost}"
     elif m.finished is not None:
         f = m.finished
-        text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
+        # what Enter does then is the key bar's to say, on the row below
+        text = f"finished: {f.result} (exit {f.code})"
         if m.dry_run:
             n = sum(1 for a in m.actions.values() if a.status == "dry-run")
             would = "1 action" if n == 1 else f"{n} actions"
             text = (
-                f"dry run finished: nothing was changed (exit {f.code}); a real apply runs "
-                f"{would} {dot} Enter: summary"
+                f"dry run finished (exit {f.code}): nothing was changed; a real apply runs {would}"
             )
     elif m.current:
         view = m.actions.get(m.current)
