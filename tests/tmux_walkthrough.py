@@ -53,7 +53,14 @@ class Walk:
 
     def check_fits(self, text: str) -> None:
         """The key bar is the last row, whole (its help entry is never left off), and no row
-        is wider than the terminal."""
+        is wider than the terminal. The bar follows the focus: a loaded machine may still be
+        drawing it, so it is read again for a few seconds."""
+        deadline = time.monotonic() + 5
+        while not re.search(r"(\?|F1) help", text.rstrip("\n").split("\n")[-1]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+            text = self.screen()
         rows = text.rstrip("\n").split("\n")
         if len(rows) > self.height or any(len(r) > self.width for r in rows):
             print(f"the screen is not {self.width}x{self.height}:\n{text}")

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from textual import events
 from textual.widgets import Button, Input
 
 from app.tui.app import WizardApp
@@ -24,7 +25,7 @@ from app.tui.widgets.keybar import KeyBar
 from steps.answers import load_answers
 from steps.facts import load_facts
 from steps.rootfs import RootFS
-from tests.tui.helpers import apply_confirmed, dry_session, machine, shown, wait_until
+from tests.tui.helpers import Recorder, apply_confirmed, dry_session, machine, shown, wait_until
 
 RTX = "rtx-pro-6000-ubuntu2404"
 FRESH = "fresh-h100x8-ubuntu2204"
@@ -340,6 +341,18 @@ async def test_extensions_say_what_was_left_out_and_a_slow_build(tmp_path):
         field(app, "build.memory_reserve").enter("auto")  # as the other fields take auto
         await pilot.pause()
         assert not field(app, "build.memory_reserve").refused
+
+
+async def test_each_step_screen_focuses_continue_from_its_first_frame():
+    """Not the first field, then Continue a moment later (keys typed then went to Install)."""
+    seen = Recorder()
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24), message_hook=seen) as pilot:
+        for _ in range(4):
+            await pilot.press("enter")
+            await pilot.pause()
+        ids = [m.widget.id for m in seen.of(events.DescendantFocus)]
+        assert len(ids) >= 4 and set(ids) == {"next"}, ids
 
 
 async def test_add_extension_starts_with_the_release_its_recipe_knows():

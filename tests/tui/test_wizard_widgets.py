@@ -82,7 +82,9 @@ async def test_memory_gauge_and_log_pane_during_a_build():
         assert text.count("jobs") == 2  # that line, and the decision's "limit 12 → 8 jobs"
         assert "limit 12 → 8 jobs: available below the guard band" in text
         bar = str(gauge.query_one(RamBar).render())
-        assert bar.endswith(" 72% 46.1 of 64.0 GiB for the build · machine 72% · swap 0.0 GiB")
+        assert bar.startswith("build ") and bar.endswith(
+            " 72% 46.1/64.0 GiB · machine 72% · swap 0.0 GiB"
+        )
         chart = gauge.query_one(BudgetChart)
         assert chart.history[-1] == pytest.approx(72.0, abs=0.5)  # % of the budget, as the bar
         assert "running 1m05s · Compile flash-attn 2.8.3" in text

@@ -93,8 +93,9 @@ class WizardScreen(Screen):
             out.append(("Enter", "accept"))
         elif isinstance(focused, Select):
             out.append(("Enter", "choose"))
-        field = next((a for a in self.focused_ancestors() if isinstance(a, ChoiceField)), None)
-        if typing and field is not None and field.editing:
+        row = focused.parent if typing and focused is not None else None
+        field = row.parent if row is not None else None  # a field's Input sits in its row
+        if isinstance(field, ChoiceField) and field.editing:
             out.append(("Esc", "cancel edit"))
         elif self.can_go_back():
             out.append(("Esc", "back"))
@@ -104,10 +105,6 @@ class WizardScreen(Screen):
         if any(body.max_scroll_y > 0 for body in self.query("#body")):
             out.append(("PgDn", "page"))
         return out + self.screen_hints(typing) + self.app_hints(typing)
-
-    def focused_ancestors(self) -> list[Widget]:
-        focused = self.focused
-        return list(focused.ancestors_with_self) if focused is not None else []  # type: ignore[arg-type]
 
     def screen_hints(self, typing: bool) -> list[KeyHint]:
         """This screen's own keys (the Extensions' `a`, the Summary's `r`)."""
@@ -135,6 +132,7 @@ class WizardScreen(Screen):
     def on_mount(self) -> None:
         self.focus_default()
         self.bindings_updated_signal.subscribe(self, lambda _screen: self.refresh_keys())
+        self.refresh_keys()  # in the first frame, then again once the focus has settled
         self.call_after_refresh(self.refresh_keys)
 
     def focus_default(self) -> None:

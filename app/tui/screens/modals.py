@@ -17,13 +17,16 @@ from app.tui.session import default_save_path
 from app.tui.widgets.fields import MarkedLines
 
 KEYS = """\
-Keys
-  Enter        press the focused button (Continue is focused on each step)
-  Tab, S-Tab   move between fields and buttons; the focused one is drawn reversed
-  1-6          jump to Machine, Driver, Toolkit, Venv, Extensions, Review
-  Esc          back one screen (closes this help)
-  ctrl+s       save the answers (replay: sudo mlsetup apply --answers FILE)
-  ctrl+q       quit: a running setup goes on in the background (sudo mlsetup follows it)"""
+Keys (the bar at the foot shows those that work where the focus is)
+  Enter       press the focused button (Continue, on each step); in a
+              text box take the value: refused, the focus stays there
+  Tab, S-Tab  move between fields and buttons (the focused one reversed)
+  1-6         jump to a step (in a text box digits are typed)
+  Esc         back one screen; in an edited text box, cancel the edit
+  PgUp, PgDn  scroll the screen
+  ctrl+s      save the answers (sudo mlsetup apply --answers FILE)
+  ? or F1     this help (F1 in a text box, where ? is typed)
+  ctrl+q      quit: a running setup goes on (sudo mlsetup follows it)"""
 
 LOG_KEYS = """\
 In the log pane
@@ -202,7 +205,7 @@ class RebootScreen(ModalScreen[bool]):
             yield Static(self.why, id="reboot-why", markup=False)
             yield Static("\n".join(self.todo), id="reboot-todo", markup=False)
             with Horizontal(id="buttons"):
-                yield Button("Reboot now (y)", id="yes", variant="warning")
+                yield Button("Reboot now (y)", id="yes")
                 yield Button("Not now (n)", id="no")
 
     def on_mount(self) -> None:

@@ -29,7 +29,7 @@ def pressure(percent: float) -> str:
 
 
 def ram_text(memory: MemoryView) -> str:
-    """'36.2 of 48.0 GiB for the build · machine 61% · swap 0.0 GiB'."""
+    """'36.2/48.0 GiB · machine 61% · swap 0.0 GiB': the build's RSS of its budget first."""
     s = memory.sample
     if s is None:
         return ""
@@ -37,10 +37,16 @@ def ram_text(memory: MemoryView) -> str:
     swap = f"swap {s.swap_used_bytes / GiB:.1f} GiB"
     if s.budget_bytes and s.build_bytes is not None:
         return (
-            f"{s.build_bytes / GiB:.1f} of {s.budget_bytes / GiB:.1f} GiB for the build"
+            f"{s.build_bytes / GiB:.1f}/{s.budget_bytes / GiB:.1f} GiB"
             f" \u00b7 machine {machine} \u00b7 {swap}"
         )
-    return f"{s.used_bytes / GiB:.1f} of {s.total_bytes / GiB:.1f} GiB \u00b7 {swap}"
+    return f"{s.used_bytes / GiB:.1f}/{s.total_bytes / GiB:.1f} GiB \u00b7 {swap}"
+
+
+def bar_label(memory: MemoryView | None) -> str:
+    """What the bar measures: the build's budget, or (an older engine) the machine's RAM."""
+    s = memory.sample if memory else None
+    return "build" if s is not None and s.budget_bytes else "RAM  "
 
 
 def jobs_text(memory: MemoryView, now: float | None = None) -> str:
@@ -74,11 +80,11 @@ class RamBar(Widget):
         if self.memory is None or pct is None:
             return Content(f"RAM  waiting for the first sample{self.glyphs['more']}")
         tail = f" {pct:3.0f}% {ram_text(self.memory)}"
-        width = max(10, self.size.width - 5 - len(tail))
+        width = max(10, self.size.width - 6 - len(tail))
         full = round(width * min(pct, 100.0) / 100)
         bar = Content.styled(self.glyphs["bar"] * full, f"{COLOURS[pressure(pct)]} bold")
         rest = Content.styled(self.glyphs["bar_empty"] * (width - full), "$foreground 30%")
-        return Content.assemble("RAM  ", bar, rest, tail)
+        return Content.assemble(f"{bar_label(self.memory)} ", bar, rest, tail)
 
 
 class BudgetChart(Widget):
@@ -92,12 +98,12 @@ class BudgetChart(Widget):
         self.history: list[float] = []
 
     def render(self) -> Content:
-        width = max(1, self.size.width - 5)
+        width = max(1, self.size.width - 6)
         cells = [
             Content.styled(BLOCKS[max(1, min(8, round(p / 100 * 8)))], COLOURS[pressure(p)])
             for p in self.history[-width:]
         ]
-        return Content.assemble("     ", *cells)
+        return Content.assemble("      ", *cells)
 
 
 class MemoryGauge(Vertical):
