@@ -145,7 +145,7 @@ class StepScreen(WizardScreen):
         bad = self.invalid
         if bad:
             self.notify(
-                f"{bad[0].spec.key} is not valid yet: fix it or set it back", severity="error"
+                f"{bad[0].spec.key} is not valid yet: fix it, or Esc sets it back", severity="error"
             )
             bad[0].query_one("Input, Select").focus()
             return
