@@ -281,9 +281,13 @@ def _choose_torch(
         ccs = facts.compute_capabilities
         bad = [cc for cc in ccs if not k.torch.build(build).runs_on(cc, facts.os.arch)]
         if bad:
-            warnings.append(
-                f"torch's {build} build has no kernels for compute capability {', '.join(bad)}: "
-                "torch will not run on those GPUs."
+            # a torch that cannot run on the GPUs is no choice on a GPU box: only "cpu" says so
+            runs = _builds_that_run(facts, releases or list(k.torch.releases))
+            raise InputError(
+                f"torch.cuda = {show_value(build)}: torch's {build} build has no kernels for "
+                f"{_gpus_of(facts, bad)}, so torch could not use them; allowed: "
+                + ", ".join(show_value(b) for b in ["auto", *runs])
+                + ' or "cpu" (torch on the CPU only)'
             )
     release = next((r for r in releases if build in r.builds or build == "cpu"), None)
     return build, release
@@ -305,10 +309,8 @@ def _auto_build(
         if gpu_ok:
             break
     if not gpu_ok:
-        warnings.append(
-            f"no torch build runs on compute capability {', '.join(ccs)}; using the CPU build."
-        )
-        return "cpu"
+        # never a silent CPU torch on a GPU box: say what would run (torch.toml's builds)
+        raise InputError(_no_build_runs(facts, answers))
     drv = facts.driver
     if drv and drv.loaded and answers.driver.action != "install":
         # Prefer a build the driver runs natively; minor-version compatibility is the fallback.
@@ -331,6 +333,62 @@ def _auto_build(
     branch_cuda = k.cuda.newest_supported_by_branch(branch)
     fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, _cuda(b))]
     return (fits or gpu_ok)[0]
+
+
+def _builds_that_run(facts: Facts, releases: list[TorchRelease]) -> list[str]:
+    """The CUDA builds of `releases` with kernels for every GPU here, oldest CUDA first."""
+    k = knowledge()
+    names = {b for r in releases for b in r.builds}
+    return sorted(
+        (
+            b
+            for b in names
+            if all(k.torch.build(b).runs_on(cc, facts.os.arch) for cc in facts.compute_capabilities)
+        ),
+        key=lambda b: Version(_cuda(b)),
+    )
+
+
+def _no_build_runs(facts: Facts, answers: Answers) -> str:
+    """Why no CUDA torch fits these GPUs (and torch.version or venv.python), and what would:
+    the newest release mlsetup knows with a build for them, else only the CPU build."""
+    gpus = _gpus_of(facts, facts.compute_capabilities)
+    on = f"{gpus} on {facts.os.arch}" if facts.os.arch == "aarch64" else gpus
+    newest = next((r for r in knowledge().torch.releases if _builds_that_run(facts, [r])), None)
+    cpu = 'torch.cuda = "cpu" (torch on the CPU only)'
+    if newest is None:
+        return f'torch.cuda = "auto": no torch build mlsetup knows runs on {on}; allowed: {cpu}'
+    builds = ", ".join(_builds_that_run(facts, [newest]))
+    has = f"the newest torch with one is {newest.series} ({builds})"
+    if answers.torch.version != "auto":
+        return (
+            f"torch.version = {show_value(answers.torch.version)}: no CUDA build of that "
+            f"torch runs on {on}; {has}; allowed: a torch.version it matches, such as "
+            f'"=={newest.series}.*", or {cpu}'
+        )
+    # torch.version auto: only the releases with wheels for the venv's Python were candidates
+    return (
+        f"venv.python = {show_value(answers.venv.python)}: no torch release with wheels for "
+        f"it has a CUDA build that runs on {on}; {has}, for Python "
+        f"{', '.join(newest.pythons)}; allowed: one of those, or {cpu}"
+    )
+
+
+def _gpu_count(facts: Facts, ccs: list[str]) -> int:
+    return sum(1 for g in facts.gpus if g.compute_capability in ccs)
+
+
+def _gpus_of(facts: Facts, ccs: list[str]) -> str:
+    """'8 GPUs (Tesla V100-SXM2-32GB, compute capability 7.0)' for the GPUs with these."""
+    kinds: dict[tuple[str, str], int] = {}
+    for g in facts.gpus:
+        if g.compute_capability in ccs:
+            kind = (g.name or "unknown", g.compute_capability)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(
+        f"{n} GPU{'s' if n > 1 else ''} ({name}, compute capability {cc})"
+        for (name, cc), n in kinds.items()
+    )
 
 
 def _cuda(build: str) -> str:
@@ -416,10 +474,13 @@ def _driver_target(
         modules = "proprietary" if any(cc < open_min for cc in ccs) else "open"
     else:
         modules = answers.driver.modules
-        if modules == "open" and any(cc < open_min for cc in ccs):
-            warnings.append(
-                "driver.modules is open, but GPUs older than Turing (compute capability < 7.5) "
-                "work only with the proprietary modules."
+        old = [cc for cc in facts.compute_capabilities if Version(cc) < open_min]
+        if modules == "open" and old:
+            raise InputError(
+                f'driver.modules = "open": {_gpus_of(facts, old)} '
+                f"{'is' if _gpu_count(facts, old) == 1 else 'are'} older than Turing (compute "
+                f"capability {open_min}) and work only with the proprietary kernel modules; "
+                'allowed: "auto" or "proprietary"'
             )
         need_open = [
             g

@@ -298,7 +298,7 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     return Action(
         id=SMOKE_ACTION,
         title=f"Smoke-test torch {torch or '(as resolved)'} "
-        f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
+        f"({'CPU, gloo' if not gpus else f'{gpus} GPU' + ('s' if gpus > 1 else '')})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any
         argv=[
             choices.venv_python,

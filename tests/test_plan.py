@@ -429,15 +429,56 @@ def test_debian_secure_boot_enrolls_dkms_own_key(tmp_path):
 
 def test_v100_box_never_plans_a_branch_past_580(tmp_path):
     v100 = _machine(tmp_path, FRESH, "v100", V100)
-    for answers in ("", '[torch]\ncuda = "cu132"\n', '[torch]\ncuda = "cu130"\n'):
+    for answers in ("", '[torch]\ncuda = "cu126"\n', '[torch]\ncuda = "cpu"\n'):
         plan = plan_for(v100, answers)
         pin = next(a for a in plan.actions if a.id == "driver.pin")
         assert pin.argv[-1] == "nvidia-driver-pinning-580", answers
-    # cu132 needs branch 595, which has no Volta support: said, not silently installed
-    plan = plan_for(v100, '[torch]\ncuda = "cu132"\n')
-    assert any("supported only up to branch 580" in w for w in plan.warnings)
     # torch 2.15 has no build for Volta: auto takes the newest release that has (2.14, cu126)
     assert planned_torch(plan_for(v100)) == ("torch==2.14.*", "cu126")
+
+
+def _refused(tmp_path, facts, answers_toml: str) -> str:
+    """`mlsetup plan` and `mlsetup apply --dry-run` on these answers: both exit 2 before
+    anything runs, with the same message (returned)."""
+    answers = tmp_path / "refused.toml"
+    answers.write_text("version = 1\n" + answers_toml)
+    plan = run_cli("plan", "--facts", str(facts), "--answers", str(answers))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    apply = run_cli("apply", "--dry-run", "--facts", str(facts), "--answers", str(answers))
+    assert apply.returncode == 2, apply.stdout + apply.stderr
+    assert apply.stderr == plan.stderr and "Traceback" not in plan.stderr
+    return plan.stderr
+
+
+def test_a_gpu_box_never_gets_a_torch_that_cannot_run_on_its_gpus(tmp_path):
+    v100 = _machine(tmp_path, FRESH, "v100", V100)
+    # torch 2.15 has no build with Volta kernels: no silent CPU torch, but what would work
+    why = _refused(tmp_path, v100, '[torch]\nversion = "==2.15.0"\n')
+    assert 'torch.version = "==2.15.0"' in why and "Tesla V100-SXM2-32GB" in why
+    assert "the newest torch with one is 2.14 (cu126)" in why
+    assert '"==2.14.*"' in why and 'torch.cuda = "cpu"' in why
+    # the CPU build only when it is asked for
+    plan = plan_for(v100, '[torch]\nversion = "==2.15.0"\ncuda = "cpu"\n')
+    assert backend_of(plan) == "cpu"
+    # an explicit build without kernels for the GPUs: cu126 stops at Hopper, GB10 is 12.1
+    gb10 = {"name": "NVIDIA GB10", "pci_device_id": "0x2e12", "compute_capability": "12.1"}
+    why = _refused(
+        tmp_path,
+        _machine(tmp_path, FRESH, "gb10", gb10, arch="aarch64"),
+        '[torch]\ncuda = "cu126"\n',
+    )
+    assert 'torch.cuda = "cu126"' in why and "NVIDIA GB10, compute capability 12.1" in why
+    assert '"auto", "cu128", "cu129", "cu130", "cu132" or "cpu"' in why
+    why = _refused(tmp_path, v100, '[torch]\ncuda = "cu130"\n')
+    assert 'torch.cuda = "cu130"' in why and '"auto", "cu118", "cu121", "cu124", "cu126"' in why
+
+
+def test_pre_turing_gpus_refuse_open_kernel_modules(tmp_path):
+    why = _refused(
+        tmp_path, _machine(tmp_path, FRESH, "v100", V100), '[driver]\nmodules = "open"\n'
+    )
+    assert 'driver.modules = "open"' in why and "older than Turing" in why
+    assert 'allowed: "auto" or "proprietary"' in why
 
 
 def test_v100_box_refuses_driver_branch_590_naming_the_gpus(tmp_path):
@@ -470,9 +511,11 @@ def test_grace_hopper_and_blackwell_refuse_proprietary_modules(tmp_path, gpu):
 
 def test_arm_t4g_gets_no_cuda_build(tmp_path):
     t4g = {"name": "NVIDIA T4G", "pci_device_id": "0x1eb8", "compute_capability": "7.5"}
-    plan = plan_for(_machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64"))
-    assert planned_torch(plan)[1] == "cpu"
-    assert any("no torch build runs on compute capability 7.5" in w for w in plan.warnings)
+    arm = _machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64")
+    why = _refused(tmp_path, arm, "")  # no silent CPU torch: the CPU build is asked for
+    assert "no torch build mlsetup knows runs on 8 GPUs (NVIDIA T4G" in why and "aarch64" in why
+    assert 'allowed: torch.cuda = "cpu"' in why
+    assert backend_of(plan_for(arm, '[torch]\ncuda = "cpu"\n')) == "cpu"
     # the same GPU on x86_64 has CUDA builds
     x86 = plan_for(_machine(tmp_path, FRESH, "t4", t4g))
     assert planned_torch(x86)[1] != "cpu"

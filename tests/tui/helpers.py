@@ -88,14 +88,17 @@ async def walk_to_review(pilot: Pilot) -> None:
 
 
 async def apply_confirmed(pilot: Pilot) -> str:
-    """Review's Apply, then the confirmation: Cancel has the focus, Tab and Enter apply.
-    Returns the confirmation's text."""
+    """Review's Apply (or Start the dry run), then the confirmation: Cancel has the focus;
+    End reads to the end of the list (Apply waits until then), Tab and Enter apply. Returns
+    the confirmation's text."""
     await pilot.press("enter")
-    await pilot.pause()
     app = pilot.app
-    assert type(app.screen).__name__ == "ConfirmScreen", type(app.screen).__name__
+    await wait_until(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", what="Apply?")
+    await pilot.pause()
     assert app.focused is not None and app.focused.id == "cancel"
     text = shown(app)
+    await pilot.press("end")
+    await wait_until(pilot, lambda: getattr(app.screen, "seen_all", False), what="Apply let go")
     await pilot.press("tab", "enter")
     await pilot.pause()
     return text
