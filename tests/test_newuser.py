@@ -13,11 +13,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from steps.answers import Answers
 from steps.diagnose import diagnose, failed_url
 from steps.events import ActionStarted
+from steps.facts import load_facts
 from steps.plan import Action
+from steps.planner import make_plan
 from steps.rootfs import RootFS
 from steps.runner import Runner
+from tests.common import MACHINES
 from tests.harness import FakeServer
 
 NOBODY = 65534
@@ -182,3 +186,22 @@ def test_a_next_step_that_changes_an_answer_names_the_file_and_the_command_that_
     assert (
         failed_url(["error"], ["uv", "pip", "compile", "--index-url", "https://x/simple"]) is None
     )
+
+
+def test_the_toolkit_step_brings_the_download_tools_it_runs_when_the_driver_step_does_not():
+    """A server whose driver is fine: the toolkit step sets NVIDIA's repo up alone, and its
+    keyring comes with curl over HTTPS, which a bare Debian or Ubuntu lacks: the step refreshes
+    the lists and installs ca-certificates and curl first (apt-get: nothing if present)."""
+    facts = load_facts(MACHINES / "rtx-pro-6000-ubuntu2404.json")
+    plan = make_plan(facts, Answers())
+    assert plan.step("driver").status == "satisfied"
+    actions = plan.step("toolkit").actions
+    ids = [a.id for a in actions]
+    assert ids[:3] == [
+        "nvidia-repo.apt-update",
+        "nvidia-repo.tools",
+        "nvidia-repo.keyring-download",
+    ]
+    assert actions[0].argv == ["apt-get", "update"]
+    assert actions[1].argv[-2:] == ["ca-certificates", "curl"] and "--no-remove" in actions[1].argv
+    assert actions[2].argv[0] == "curl"

@@ -191,7 +191,7 @@ async def test_help_screen_and_back_navigation():
 async def test_not_root_shows_the_plan_but_applying_says_it_needs_root(tmp_path):
     from app.tui.session import Session
 
-    session = Session.load(facts=machine("h200-ubuntu2404"), dry_run=False)
+    session = Session.load(root=tmp_path, facts=machine("h200-ubuntu2404"), dry_run=False)
     app = WizardApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         assert "--facts shows a recorded machine" in _review_text(await _to_review(pilot))
