@@ -85,13 +85,12 @@ def diagnose(
 
 
 # Where a download's output names what it could not fetch: uv ("Failed to fetch: URL", "error
-# sending request for url (URL)"), pip ("Could not fetch URL URL"), curl's own words for its URL.
+# sending request for url (URL)"), apt ("E: Failed to fetch URL  404"), pip ("Could not fetch URL
+# URL"). curl names only the host: its URL is the one in its argv.
 FAILED_URL = re.compile(
     r"(?:Failed to (?:fetch|download)|error sending request for url|Could not fetch URL)"
     r"[:\s(`'\"]*((?:https?|file)://[^\s`'\")]+)"
 )
-
-
 DOWNLOADERS = ("curl", "wget")
 
 
