@@ -50,7 +50,9 @@ from steps.events import (
     StepSatisfied,
     StepStarted,
 )
+from steps.extensions import installs_wheel
 from steps.facts import Facts
+from steps.frozen import FrozenStack
 from steps.orphans import end_orphaned_build
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
@@ -78,6 +80,7 @@ class Engine:
         self.reboots = RebootResume(self.apply_run, self.actions, self._finish)
         self.builds = ExtensionBuilds(self.apply_run)
         self.stack = StackSettler(self.apply_run, self.actions)
+        self.frozen = FrozenStack(self.apply_run, self.actions)
         self.plan: Plan | None = None
         self._event_log: EventLog | None = None
         self._events: Path | None = None
@@ -249,6 +252,8 @@ class Engine:
             facts, plan = self._plan()
             # this step's decisions, made once
             self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
+            if name == STEP_ORDER[0] and not self.req.dry_run:
+                self.frozen.before_run()  # exit 2 before anything for a wheel needing another torch
             step = plan.step(name)
             if step.status == "satisfied":
                 log.info("%s: satisfied: %s", name, step.reason)
@@ -262,6 +267,7 @@ class Engine:
             )
             if name == "extensions" and not self.req.dry_run:
                 self.builds.prepare_build_trees()
+                self.frozen.before_step(step)  # exit 2 before a wheel that needs another torch
             for action in step.actions:
                 self._run_one(name, action, facts)
             if not self.req.dry_run:
@@ -278,11 +284,12 @@ class Engine:
             )
             return
         build = is_build(action)
-        result = self.actions.run_action(step, action, self.builds.compile if build else None)
+        if installs_wheel(action) and not self.req.dry_run:
+            self.frozen.before_install(action)  # it fits the lock; its hash is pinned
+        execute = self.builds.compile if build else self.stack.recorder(action)
+        result = self.actions.run_action(step, action, execute)
         if result is not None and build:
             self.builds.publish(action)
-        if result is not None and action.id == "venv.smoke":
-            self.stack.smoke_result(result)
         if action.reboot_after:
             self.reboots.reboot(action, facts)
 

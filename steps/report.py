@@ -114,6 +114,13 @@ class Smoke(_Strict):
         description="the stack smoke test's result (assets/smoke_stack.py: ok, torch, cuda, "
         "gpus, backend, ranks, summary), null when it did not run in this invocation"
     )
+    after_extensions: dict[str, Any] | None = Field(
+        default=None,
+        description="the stack check after the last extension (assets/smoke_stack.py "
+        "--recheck: ok, torch, cuda, imports, summary): torch still the locked version and "
+        "build, every locked package at its version, each extension importing; null when "
+        "it did not run in this invocation",
+    )
 
 
 class Report(_Strict):
@@ -151,7 +158,8 @@ class Outcome:
     changed: bool = False
     ran: list[str] = field(default_factory=list)
     failure: Failure | None = None
-    smoke: dict[str, Any] | None = None  # the stack smoke test's result, when it ran
+    # the smoke tests' results, when they ran: "stack" (after the sync), "after_extensions"
+    smoke: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 def make_report(
@@ -172,7 +180,10 @@ def make_report(
         failure=outcome.failure,
         steps=[_step(step, state) for step in plan.steps] if plan else [],
         lock=LockReport(**lock.summary(), file=STATE_LOCK, text=lock.file_text()) if lock else None,
-        smoke=Smoke(stack=outcome.smoke),
+        smoke=Smoke(
+            stack=outcome.smoke.get("stack"),
+            after_extensions=outcome.smoke.get("after_extensions"),
+        ),
         log_dir=str(log_dir),
         time=time.time(),
     )

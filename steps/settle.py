@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
-from steps.actions import ActionRunner
+from steps.actions import ActionRunner, Execute
 from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
 from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError
 from steps.events import Notice
+from steps.extensions import STACK_CHECK
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
 from steps.plan import Action
 from steps.runner import Result
 from steps.state import write_atomic
-from steps.venv import StackUnavailable, settle_lock
+from steps.venv import SMOKE_ACTION, StackUnavailable, settle_lock
 from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 
@@ -162,15 +165,31 @@ class StackSettler:
         write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
         write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
 
-    def smoke_result(self, result: Result) -> None:
-        """The stack smoke test's verdict, from its last line, for the report."""
+    def recorder(self, action: Action) -> Execute | None:
+        """For the stack's smoke test (after the sync) and its check after the extensions: run
+        it and keep its verdict for the report, passed or failed. None for any other action."""
+        which = {SMOKE_ACTION: "stack", STACK_CHECK: "after_extensions"}.get(action.id)
+        if which is None:
+            return None
+
+        def execute(action: Action, log_path: Path, started: Callable[[int], None]) -> Result:
+            result = self.run.runner.run(action, log_path, on_start=started)
+            self._smoke_result(which, result)
+            return result
+
+        return execute
+
+    def _smoke_result(self, which: str, result: Result) -> None:
+        """A smoke test's verdict, from its last line, for the report."""
         line = next((x for x in reversed(result.tail) if x.startswith(SMOKE_MARK)), None)
         try:
             smoke = json.loads(line[len(SMOKE_MARK) :]) if line else None
         except ValueError:
             smoke = None
         smoke = smoke if isinstance(smoke, dict) else None  # the report holds an object
-        self.run.outcome.smoke = smoke
-        log.info("stack smoke test: %s", smoke.get("summary") if smoke else "no result line")
+        self.run.outcome.smoke[which] = smoke
+        summary = smoke.get("summary") if smoke else "no result line"
+        log.info("%s: %s", which, summary)
         if smoke:
-            self.run.emit(Notice(text=f"stack smoke test: {smoke.get('summary')}"))
+            label = "stack smoke test" if which == "stack" else "stack check"
+            self.run.emit(Notice(text=f"{label}: {summary}"))

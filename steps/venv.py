@@ -64,7 +64,12 @@ def stack_inputs(facts: Facts, answers: Answers) -> tuple[list[str], str, str, l
     """(requirements, Python, platform, builds to try, key) of the resolution these answers
     ask for on this machine."""
     base = choose(facts, answers)
-    build_requires = [r for t in base.build_targets for r in ("pip", *t.recipe.build_requires)]
+    # what the extensions' builds need, and their wheels at run time (installed --no-deps)
+    build_requires = [
+        r
+        for t in base.build_targets
+        for r in ("pip", *t.recipe.build_requires, *t.recipe.runtime_requires)
+    ]
     reqs = requirements(answers, build_requires)
     platform = platform_for(facts.os.arch if facts.os else None)
     builds = builds_to_try(facts, answers)
@@ -285,10 +290,13 @@ def _create(choices: Choices) -> Action:
     )
 
 
+SMOKE_ACTION = "venv.smoke"
+
+
 def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
     return Action(
-        id="venv.smoke",
+        id=SMOKE_ACTION,
         title=f"Smoke-test torch {torch or '(as resolved)'} "
         f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any

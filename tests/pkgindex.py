@@ -102,6 +102,16 @@ class PackageIndex:
         self._write_root(where)
         return wheel
 
+    def add_file(self, where: str, name: str, path: Path) -> Path:
+        """A distribution file made elsewhere (a real wheel, an sdist) on the `where` index."""
+        project = self.root / where / name
+        project.mkdir(parents=True, exist_ok=True)
+        copy = project / path.name
+        copy.write_bytes(path.read_bytes())
+        self._write_project(project)
+        self._write_root(where)
+        return copy
+
     def add_torch(self, version: str, build: str, cuda: str | None) -> Path:
         local = f"{version}+{build}"
         return self.add(
@@ -126,7 +136,7 @@ class PackageIndex:
     @staticmethod
     def _write_project(project: Path) -> None:
         links = []
-        for wheel in sorted(project.glob("*.whl")):
+        for wheel in sorted(p for p in project.iterdir() if p.name.endswith((".whl", ".tar.gz"))):
             digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
             href = wheel.name.replace("+", "%2B")
             links.append(f'<a href="{href}#sha256={digest}">{wheel.name}</a><br>')

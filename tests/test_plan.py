@@ -66,19 +66,30 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
     assert build.argv[-1] == "/var/cache/mlsetup/build/flash-attn-2.8.3/src"  # kept between tries
     assert build.user == "ml"
 
-    # prerequisites first, in the same venv; the source from PyPI, unpacked into the build tree
+    # prerequisites first, in the same venv; the source from PyPI, unpacked into the build tree;
+    # after the last extension, the stack is checked again
     ids = [a.id.split(".")[-1] for a in plan.step("extensions").actions]
-    assert ids == ["prerequisites", "source", "unpack", "build", "install", "smoke"]
+    assert ids == ["prerequisites", "source", "unpack", "build", "install", "smoke", "stack-check"]
     actions = {a.id.split(".")[-1]: a for a in plan.step("extensions").actions}
-    for pkg in ("packaging", "wheel", "ninja", "psutil", "setuptools"):
+    for pkg in ("pip", "packaging", "wheel", "ninja", "psutil", "setuptools"):
         assert pkg in actions["prerequisites"].argv
+    assert "--no-deps" in actions["prerequisites"].argv  # nothing but what it names
     assert actions["source"].argv[-1] == "flash-attn==2.8.3"
-    assert actions["install"].argv[-3:] == [
+    install = actions["install"].argv
+    assert install[-3:] == [
         "--find-links",
         "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels",
         "flash-attn==2.8.3",
     ]
+    # only that wheel, by the hash root pins once it has read it (steps.frozen)
+    assert {"--no-deps", "--no-index", "--require-hashes"} <= set(install)
+    assert install[install.index("--constraint") + 1] == (
+        "/var/cache/mlsetup/stack/flash-attn-2.8.3.wheel.txt"
+    )
     assert "flash_attn_func" in actions["smoke"].argv[-1]
+    check = actions["stack-check"].argv
+    assert check[1:3] == ["/var/cache/mlsetup/stack/smoke_stack.py", "--recheck"]
+    assert check[check.index("--imports") + 1 :] == ["flash_attn"]
 
     assert backend_of(plan) == "cu128"
 
@@ -227,13 +238,85 @@ def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
     assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
     plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
     ids = [a.id for a in plan.step("extensions").actions]
-    assert ids == ["extensions.flash-attn.install-wheel", "extensions.flash-attn.smoke"]
+    assert ids == [
+        "extensions.flash-attn.install-wheel",
+        "extensions.flash-attn.smoke",
+        "extensions.stack-check",
+    ]
     assert plan.step("extensions").actions[0].argv[-3:] == [
         "--find-links",
         "/shared/wheels/" + key,
         "flash-attn==2.8.3",
     ]
     assert "from wheels built earlier" in plan.step("extensions").reason
+
+
+def test_with_a_lock_every_install_after_the_sync_comes_from_it():
+    """The build requirements at the lock's versions and hashes, the wheel against the lock as
+    a constraint, nothing but what is named, and the stack check holding torch to the lock."""
+    facts = load_facts(H200)
+    answers = answers_from_toml(FLASH_ATTN, "t")
+    pins = {
+        "torch": "2.11.0+cu130",
+        "einops": "0.8.1",
+        "pip": "25.3",
+        "packaging": "25.0",
+        "wheel": "0.45.1",
+        "ninja": "1.13.0",
+        "psutil": "7.1.3",
+        "setuptools": "80.9.0",
+    }
+    lock = Lock(
+        text="".join(f"{n}=={v} \\\n    --hash=sha256:{'0' * 64}\n" for n, v in pins.items()),
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+        build="cu130",
+        key="k",
+        packages=pins,
+    )
+    venv = VenvState(path="/root/ml-env", python_version="3.12.3", packages=dict(pins))
+    plan = make_plan(facts, answers, venv, lock=lock)
+    actions = {a.id.split(".")[-1]: a for a in plan.step("extensions").actions}
+    prerequisites = actions["prerequisites"].argv
+    assert prerequisites[:6] == ["uv", "pip", "install", "--no-config", "--no-deps", "--python"]
+    assert prerequisites[-9:] == [
+        "--require-hashes",
+        "--constraint",
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "pip==25.3",
+        "packaging==25.0",
+        "wheel==0.45.1",
+        "ninja==1.13.0",
+        "psutil==7.1.3",
+        "setuptools==80.9.0",
+    ]
+    assert "--torch-backend" in prerequisites  # the same index options as the sync's
+    install = actions["install"].argv
+    constraints = [install[i + 1] for i, w in enumerate(install) if w == "--constraint"]
+    assert constraints == [
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "/var/cache/mlsetup/stack/flash-attn-2.8.3.wheel.txt",
+    ]
+    check = actions["stack-check"].argv
+    assert check[2:] == [
+        "--recheck",
+        "--torch",
+        "2.11.0+cu130",
+        "--cuda",
+        "13.0",
+        "--lock",
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "--imports",
+        "flash_attn",
+    ]
+
+
+def test_flash_attns_runtime_requirement_is_resolved_with_the_stack():
+    """Its wheel goes in --no-deps: einops (its setup.py install_requires) must be in the lock."""
+    from steps.venv import stack_inputs
+
+    reqs, *_ = stack_inputs(load_facts(H200), answers_from_toml(FLASH_ATTN, "t"))
+    assert "einops" in reqs and "pip" in reqs and "psutil" in reqs
 
 
 def test_explicit_max_jobs_is_the_ceiling():

@@ -68,7 +68,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        assert "Dry run complete: 15 action(s) would run" in text  # the repo setup brings curl
+        # 13, the stack check after the extensions, and the repo setup's lists and curl
+        assert "Dry run complete: 16 action(s) would run" in text
         assert "source /home/ml/ml-env/bin/activate" in text
 
         saved = tmp_path / "answers.toml"
