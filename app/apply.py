@@ -6,11 +6,13 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 
 from app.console import ConsolePrinter
 from app.follower import RunFollower, no_space_text
 from steps.answers import answers_from_toml, read_answers
 from steps.choices import check_on_machine, choose
+from steps.diagnose import answers_command
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError
 from steps.facts import load_facts
@@ -26,8 +28,10 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     if args.resume:
         if args.answers is not None:
             raise InputError(
-                "--resume takes the answers saved by the interrupted run; "
-                "drop --answers, or drop --resume to start over with new answers"
+                "--resume goes on with the answers the interrupted run saved; to go on with "
+                f"the answers in {args.answers} instead, drop --resume: "
+                f"{answers_command(str(args.answers.resolve()))} re-plans from them and "
+                "goes on from what is done"
             )
         try:
             state = load_state(Paths(fs).state)
@@ -42,6 +46,7 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         # mlsetup's settings), whoever resumes it: at boot, the resume unit has none of it.
         os.environ.update(state.environment)
         text, origin = state.answers_toml, state.answers_path
+        _say_if_edited(origin, text)
     elif args.answers is None:
         raise InputError(
             "apply needs --answers FILE (see assets/answers.example.toml), "
@@ -62,6 +67,23 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         dpkg_lock_timeout=settings().dpkg_lock_timeout,
         interrupted_wait=settings().interrupted_wait,
     )
+
+
+def _say_if_edited(origin: str | None, saved: str) -> None:
+    """`--resume` after the answers file was edited goes on with the saved answers: say so, and
+    which command would use the edited ones."""
+    if origin is None:
+        return
+    try:
+        now = read_answers(Path(origin))
+    except (InputError, OSError):
+        return  # gone, or unreadable: the saved answers are all there is
+    if now != saved:
+        sys.stderr.write(
+            f"mlsetup: note: {origin} has changed since this run started; --resume goes on "
+            "with the answers it started with. To go on with the edited ones: "
+            f"{answers_command(origin)}\n"
+        )
 
 
 def _check_input(fs: RootFS, request: ApplyRequest) -> None:

@@ -195,8 +195,16 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    code: int | str | None
     try:
-        code = run(sys.argv[1:] if argv is None else argv)
+        try:
+            code = run(sys.argv[1:] if argv is None else argv)
+        except SystemExit as exc:  # argparse: --help, --version, a usage error
+            code = exc.code
+        # What is still buffered is written here, not at the interpreter's exit, where a reader
+        # that went away would be reported as "Exception ignored ... BrokenPipeError" (a piped
+        # stdout is block-buffered: all of `--help` is written only then).
+        sys.stdout.flush()
     except MlsetupError as exc:
         print(f"mlsetup: {exc}", file=sys.stderr)
         code = exc.exit_code

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from steps.answers import Answers
 from steps.choices import Choices
-from steps.diagnose import Diagnosis
+from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.events import EventSink
 from steps.facts import Facts, load_facts
 from steps.lock import Lock
@@ -116,12 +116,7 @@ class ApplyRun:
         code: int = EXIT_FAILED,
     ) -> NoReturn:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
-        where = f" ({log_path})" if log_path else ""
-        nxt = (
-            diagnosis.next
-            if diagnosis
-            else (f"Read the log{where}, fix the cause, then: {RESUME_COMMAND}")
-        )
+        nxt = diagnosis.next if diagnosis else self._next(log_path)
         self.outcome.failure = Failure(
             step=step,
             action=action.id if action else None,
@@ -132,6 +127,7 @@ class ApplyRun:
             next=nxt,
             diagnosis=diagnosis.id if diagnosis else None,
             last_output=(tail or [])[-20:],
+            url=failed_url(tail or [], action.argv if action else None),
         )
         self.emit(self.outcome.failure.event())
         log.info(
@@ -145,6 +141,21 @@ class ApplyRun:
         if self.state is not None:
             self.state.phase = "failed"
         raise Stopped(code, what)
+
+    def _next(self, log_path: Path | None) -> str:
+        """The next step of a failure no signature knows. `apply --answers FILE` goes on from
+        the answers as they are now (the same ones: the run resumes); `--resume` goes on with
+        those the run started with."""
+        answers = self.req.answers_path
+        if log_path is None:  # the plan found no way: what it said names the answer or the fact
+            return (
+                f"Change what it names (in {answers_file(answers)}, or on this machine), "
+                f"then: {answers_command(answers)}"
+            )
+        return (
+            f"Read the log ({log_path}), fix the cause, then: {RESUME_COMMAND}; or, if the fix "
+            f"is in the answers, edit {answers_file(answers)}, then: {answers_command(answers)}"
+        )
 
 
 Finish = Callable[[int, RunResult, str], int]  # the engine's end of a run: code, result, summary

@@ -57,7 +57,7 @@ from steps.orphans import end_orphaned_build
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.reboot import RebootResume
-from steps.report import Failure, RunResult, make_report, write_report
+from steps.report import Failure, RunResult, dry_run_summary, make_report, write_report
 from steps.rootfs import RootFS
 from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
@@ -154,11 +154,14 @@ class Engine:
             if stop.summary is None:
                 return stop.code
             return self._finish(stop.code, "failed", stop.summary)
-        venv = self.apply_run.choices.venv_path
+        choices = self.apply_run.choices
+        if self.req.dry_run:
+            summary = dry_run_summary(self.plan, choices, self.req.answers_path)
+            return self._finish(EXIT_OK, "done", summary)
         return self._finish(
             EXIT_OK,
             "done",
-            f"every step is satisfied; use the venv with: source {venv}/bin/activate",
+            f"every step is satisfied; use the venv with: source {choices.venv_path}/bin/activate",
         )
 
     def _start(self) -> None:

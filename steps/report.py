@@ -15,7 +15,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from steps.choices import Choices
+from steps.diagnose import answers_command
 from steps.events import Failed
+from steps.knowledge import knowledge
 from steps.lock import STATE_LOCK, Lock
 from steps.plan import Plan, Step
 from steps.state import State, write_atomic
@@ -47,6 +50,10 @@ class Failure(_Strict):
         description="id of the recognised failure (assets/diagnoses.toml), null if none"
     )
     last_output: list[str] = Field(description="the action's last output lines (at most 20)")
+    url: str | None = Field(
+        default=None,
+        description="the URL it could not fetch (an index, a download), null when none is named",
+    )
 
     def event(self) -> Failed:
         """The Failed event that tells the front ends what this records."""
@@ -194,3 +201,25 @@ def _step(step: Step, state: State) -> StepReport:
 
 def write_report(path: Path, report: Report) -> None:
     write_atomic(path, report.to_json())
+
+
+def dry_run_summary(plan: Plan | None, choices: Choices, answers_path: str | None) -> str:
+    """How a dry run ends: that nothing changed, and what the real apply would leave (a venv
+    the dry run did not make cannot be used yet)."""
+    pending = {step.name for step in plan.steps if step.status == "pending"} if plan else set()
+    leaves = []
+    if "driver" in pending:
+        leaves.append(
+            f"NVIDIA driver {choices.driver_branch} ({choices.driver_modules} kernel modules), "
+            "loaded after a reboot"
+        )
+    repo = knowledge().repo
+    leaves += [f"CUDA {v} at {repo.toolkit_path_for(v)}" for v in choices.toolkits]
+    venv = f"a Python {choices.python} venv at {choices.venv_path} ({choices.owner.name}'s)"
+    leaves.append(f"{venv} with {choices.torch_requirement} ({choices.torch_build} build)")
+    leaves += [f"{t.recipe.package} {t.answer.version}" for t in choices.build_targets]
+    return (
+        "dry run: nothing was changed (no command ran); "
+        f"{answers_command(answers_path)} would leave {'; '.join(leaves)}; then use the venv "
+        f"with: source {choices.venv_path}/bin/activate"
+    )

@@ -14,7 +14,7 @@ from pathlib import Path
 from steps.actions import ActionRunner, Execute
 from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
 from steps.choices import choose
-from steps.diagnose import Diagnosis
+from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError
 from steps.events import Notice
 from steps.extensions import STACK_CHECK
@@ -37,6 +37,8 @@ class StackSettler:
     def __init__(self, run: ApplyRun, actions: ActionRunner) -> None:
         self.run = run
         self.actions = actions
+        # the last resolution run and its result: a failure names its log and output
+        self._resolved: tuple[Action, Result | None] | None = None
 
     def settle(self) -> None:
         """Resolve (or reuse, or take from venv.lock) the one lock before any step changes
@@ -54,8 +56,9 @@ class StackSettler:
                 diagnosis=Diagnosis(
                     "stack-unsatisfiable",
                     "No torch satisfies the answers' packages on this machine.",
-                    "Change torch.packages or torch.cuda as the message says, then run the apply "
-                    "again.",
+                    "Change torch.packages or torch.cuda in "
+                    f"{answers_file(self.run.req.answers_path)} as the message says, "
+                    f"then: {answers_command(self.run.req.answers_path)}",
                 ),
                 code=EXIT_INPUT,
             )
@@ -93,11 +96,17 @@ class StackSettler:
 
     def _settle_lock(self, facts: Facts) -> Lock | None:
         resolving = not self.run.req.dry_run and self.run.state is not None
+
+        def resolve(action: Action) -> Result | None:
+            result = self.actions.command("venv", action)
+            self._resolved = (action, result)
+            return result
+
         return settle_lock(
             self.run.fs,
             facts,
             self.run.req.answers,
-            (lambda action: self.actions.command("venv", action)) if resolving else None,
+            resolve if resolving else None,
             self.run.paths.state_dir / "resolve" if resolving else None,
         )
 
@@ -118,18 +127,28 @@ class StackSettler:
                 )
             )
             return
+        action, result = self._resolved or (None, None)
+        if action is None or action.id != exc.action:
+            action, result = None, None
+        tail = result.tail if result else []
+        url = failed_url(tail)
+        answers = self.run.req.answers_path
         self.run.fail(
             "venv",
-            None,
-            None,
-            None,
+            action,
+            result.exit_code if result else None,
+            self.run.action_log(action.id) if action else None,
             what=str(exc),
             diagnosis=Diagnosis(
                 "index-unreachable",
-                "uv could not reach the package index to resolve the stack.",
-                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
-                f"torch.index_url), then: {RESUME_COMMAND}",
+                f"uv could not reach the package index{f' ({url})' if url else ''} to "
+                "resolve the stack.",
+                f"Check the network and proxy, then: {RESUME_COMMAND}; or set torch.index_url "
+                f"in {answers_file(answers)} to an index this server reaches (a mirror "
+                "of the PyTorch index; PyPI, https://pypi.org/simple, for CUDA builds: its Linux "
+                f"torch is one), then: {answers_command(answers)}",
             ),
+            tail=tail,
         )
 
     def _keep_lock(self, lock: Lock) -> None:

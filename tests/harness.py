@@ -41,6 +41,7 @@ USER_UID = 1000
 # stand-ins record it (`FakeServer.commands()`).
 DRIVER_STEP = [
     "apt-get update",
+    "apt-get curl",
     "apt-get linux-headers-6.8.0-49-generic",
     "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
     "cuda-keyring_1.1-1_all.deb",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,16 @@ def machine(name: str) -> Path:
     return MACHINES / f"{name}.json"
 
 
+@functools.cache
+def empty_root() -> Path:
+    """A machine root with nothing in it, for sessions of a recorded machine: what the wizard
+    reads of the machine's own runs (/var/lib/mlsetup, /var/log/mlsetup: a real run's, and
+    root-only) is then this empty tree's, whoever runs the tests and whatever ran here."""
+    return Path(tempfile.mkdtemp(prefix="mlsetup-empty-root-"))
+
+
 def dry_session(facts: str, answers: Path | None = None, **kw) -> Session:
+    kw.setdefault("root", empty_root())
     return Session.load(facts=machine(facts), answers=answers, dry_run=True, **kw)
 
 

@@ -143,6 +143,7 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
     elif screen == "reboot":
         app = app_for("fresh-h100x8-ubuntu2204")
         app.session.dry_run = False  # the question only comes after a real driver install
+        app.session.is_root = True  # as `sudo mlsetup` shows it, whoever runs the tests
         app.model.dry_run = False
         run_before = feed(scenes.reboot_paused(), action="driver.install")
     elif screen == "summary":
@@ -238,6 +239,7 @@ def resume_app(tmp_path: Path) -> WizardApp:
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(state))
     session = Session.load(root=root)
+    session.is_root = True  # as `sudo mlsetup` shows it, whoever runs the tests
     app = WizardApp(session, plain=False)
     assert app.opening == "resume"
     return app

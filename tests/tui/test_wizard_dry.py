@@ -81,7 +81,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        assert "Dry run complete: 14 actions would run; none ran" in text  # the stack check too
+        # 13, the stack check after the extensions, and the repo setup's lists and curl
+        assert "Dry run complete: 16 actions would run; none ran" in text
         assert "Use the venv" not in text  # none was made: what a real apply would leave instead
         assert app.screen.query("#would-leave")  # the section a real apply would leave
         assert "flash-attn 2.8.3 built for compute 12.0" in text
@@ -207,7 +208,7 @@ async def test_help_screen_and_back_navigation():
 async def test_not_root_shows_the_plan_but_applying_says_it_needs_root(tmp_path):
     from app.tui.session import Session
 
-    session = Session.load(facts=machine("h200-ubuntu2404"), dry_run=False)
+    session = Session.load(root=tmp_path, facts=machine("h200-ubuntu2404"), dry_run=False)
     app = WizardApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         assert "--facts shows a recorded machine" in _review_text(await _to_review(pilot))
