@@ -94,7 +94,6 @@ class StackSettler:
             facts,
             self.run.req.answers,
             (lambda action: self.actions.command("venv", action)) if resolving else None,
-            self.run.paths.state_dir / "resolve" if resolving else None,
         )
 
     def _unavailable(self, exc: StackUnavailable, facts: Facts) -> None:
