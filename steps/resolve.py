@@ -61,6 +61,7 @@ from steps.uvfailure import (
     NeedsBuild,
     NoPythonWheel,
     Unreachable,
+    UvFailed,
     read_failure,
     torch_dependents,
     torch_pin,
@@ -102,11 +103,12 @@ class Resolver:
 
 def resolver_for(fs: RootFS, owner: str | None, on_machine: bool) -> Resolver:
     """The venv's owner on the machine being set up (`owner`: its account, None for root); for a
-    recorded machine the account that asked (SUDO_USER), or this one if it is not root."""
+    recorded machine the account that asked (SUDO_USER, an account of `fs`), or this process's
+    own if it is not root. Nobody to build as: root, with builds off."""
     if os.geteuid() != 0:
         return Resolver(None, True)
     name = owner if on_machine else os.environ.get("SUDO_USER")
-    account = lookup_account(fs if on_machine else RootFS(Path("/")), name) if name else None
+    account = lookup_account(fs, name) if name else None
     if account is None or account.uid == 0:
         return Resolver(None, False)
     return Resolver(account, True)
@@ -223,12 +225,15 @@ class Resolution:
                 allowed,
                 str(where / "constraints.txt") if every else None,
             )
+            account = self.resolver.account
             action = Action(
                 id=action_id,
                 title=_TITLES.get(action_id.rsplit("-", 1)[0], "Resolve the stack")
                 + f" ({build}, Python {python}, as {self.resolver.who})",
                 argv=argv,
-                user=self.resolver.account.name if self.resolver.account else None,
+                user=account.name if account else None,
+                # the account's own cache, not one root was given (it could not write there)
+                env={"UV_CACHE_DIR": _cache_of(account, where)} if account else {},
             )
             result = self.run(action)
             if result is None:
@@ -330,6 +335,11 @@ class Resolution:
         for one with every other pin held; () when torch is the newest the index has."""
         if self.answers.torch.version != "auto":
             return (f"torch.version {self.answers.torch.version}",)
+        pinned = [r for r in self.answers.torch.packages if requirement_name(r) == "torch"]
+        if any(r.strip() != "torch" for r in pinned):
+            return tuple(f"torch.packages {r}" for r in pinned)
+        if self.inputs.constraints:  # torch.cuda on a one-index mirror: the releases of that build
+            return (f"torch.cuda {self.answers.torch.cuda} ({', '.join(self.inputs.constraints)})",)
         followers = _followers(pins, via)
         held = [f"{name}=={version}" for name, version in pins.items() if name not in followers]
         newer = f"torch>{Version(pins['torch']).public}"
@@ -384,6 +394,8 @@ class Resolution:
                 "index-url, the network and the proxy",
                 action=action,
             )
+        if isinstance(failure, UvFailed):
+            return StackUnavailable(f"uv could not resolve the stack: {failure.detail}", action)
         if isinstance(failure, Missing):
             what = failure.package + (failure.spec or "")
             by = f", which {failure.by} requires" if failure.by else ""
@@ -474,9 +486,13 @@ class Resolution:
             )
         if self.answers.torch.cuda == "cpu" and lock.build != "cpu":
             return f'torch.cuda = "cpu", but {what}: {cpu_hint}'
-        return f"torch.packages {self.answers.torch.packages}: {what}, which cannot run here: " + (
-            "; ".join(problems)
+        version = self.answers.torch.version
+        asked = (
+            f"torch.version = {version!r}"
+            if version != "auto"
+            else f"torch.packages {self.answers.torch.packages}"
         )
+        return f"{asked}: {what}, which cannot run here: " + "; ".join(problems)
 
 
 _TITLES = {
@@ -500,6 +516,14 @@ def _followers(pins: dict[str, str], via: dict[str, list[str]]) -> set[str]:
                 follow.add(name)
                 changed = True
     return follow
+
+
+def _cache_of(account: Account, sandbox: Path) -> str:
+    """uv's cache for `account`: its own (~/.cache/uv), or the sandbox's when it has no home."""
+    home = Path(account.home)
+    if home.is_dir() and home.stat().st_uid == account.uid:
+        return str(home / ".cache" / "uv")
+    return str(sandbox / "cache")
 
 
 def _lacking(failure: Failure) -> str:

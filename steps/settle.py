@@ -49,9 +49,9 @@ class StackSettler:
                 what=str(exc),
                 diagnosis=Diagnosis(
                     "stack-unsatisfiable",
-                    "No torch satisfies the answers' packages on this machine.",
-                    "Change torch.packages or torch.cuda as the message says, then run the apply "
-                    "again.",
+                    "The answers' packages do not resolve into one stack that runs here.",
+                    "Change torch.packages, torch.cuda or torch.index_url as the message says, "
+                    "then run the apply again.",
                 ),
                 code=EXIT_INPUT,
             )
@@ -125,6 +125,7 @@ class StackSettler:
                 "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
                 f"torch.index_url), then: {RESUME_COMMAND}",
             ),
+            code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
         )
 
     def _keep_lock(self, lock: Lock) -> None:

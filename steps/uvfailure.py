@@ -22,7 +22,8 @@ _NOT_FOUND = re.compile(rf"\b({_NAME}) was not found in the (?:package registry|
 _NO_VERSION = re.compile(rf"there is no version of ({_NAME})([<>=!~]=?[^\s,]+)")
 _DEPENDS = re.compile(rf"\b({_NAME})({_SPEC}) depends? on ({_NAME})(?:\{{[^}}]*\}})?({_SPEC})")
 _INCOMPATIBLE = re.compile(
-    rf"we can conclude that ({_NAME}{_SPEC}) and ({_NAME}{_SPEC}) are incompatible"
+    rf"we can conclude that (?:all versions of )?({_NAME}{_SPEC}) and (?:all versions of )?"
+    rf"({_NAME}{_SPEC}) are incompatible"
 )
 _NEEDS_BUILD = re.compile(rf"Wheels are required for `({_NAME})` because building from source")
 _NO_PYTHON_WHEEL = re.compile(
@@ -83,10 +84,28 @@ class BuildFailed:
 
 @dataclass(frozen=True)
 class Unexplained:
+    """No solution, for a reason none of the above reads."""
+
     detail: str
 
 
-Failure = Unreachable | Missing | Conflict | NeedsBuild | NoPythonWheel | BuildFailed | Unexplained
+@dataclass(frozen=True)
+class UvFailed:
+    """uv stopped before resolving (its cache, its arguments, its Python)."""
+
+    detail: str
+
+
+Failure = (
+    Unreachable
+    | Missing
+    | Conflict
+    | NeedsBuild
+    | NoPythonWheel
+    | BuildFailed
+    | Unexplained
+    | UvFailed
+)
 
 
 def _cause(output: list[str]) -> str:
@@ -114,8 +133,9 @@ def read_failure(output: list[str], local: bool = False) -> Failure:
     if not solving or offline:
         if m := _BUILD_FAILED.search(text):
             return BuildFailed(m.group(1), m.group(2), cause[-900:])
-        m = _FETCH_FAILED.search(text)
-        return Unreachable(m.group(1) if m else None, cause[-600:])
+        if (m := _FETCH_FAILED.search(text)) or offline:
+            return Unreachable(m.group(1) if m else None, cause[-600:])
+        return UvFailed(cause[-600:])
     if needs := sorted({canonicalize_name(n) for n in _NEEDS_BUILD.findall(text)}):
         return NeedsBuild(tuple(needs))
     missing = _missing(cause)
