@@ -304,6 +304,7 @@ def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(se
 
     shutil.rmtree(server.venv)
     failed = server.mlsetup("apply", "--answers", str(server.answers), **offline)
-    assert failed.returncode == 1, failed.stdout
+    assert failed.returncode == 2, failed.stdout  # nothing ran: the index is the input to fix
+    assert "http://127.0.0.1:9/" in failed.stdout
     assert server.report()["failure"]["diagnosis"] == "index-unreachable"
     assert not server.venv.exists()
