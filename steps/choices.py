@@ -282,6 +282,12 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
             f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
             f"{drv.cuda_max} and driver.action is skip"
         )
+    if lock.sources and _owner(facts, answers).run_as is None:
+        out.append(
+            f"{', '.join(lock.sources)} {'has' if len(lock.sources) == 1 else 'have'} no wheel, "
+            "only source, and the venv is root's: mlsetup never runs a package's build as root "
+            "(set venv.user to an ordinary account)"
+        )
     spec = answers.torch.version
     if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
         out.append(f"its torch is {lock.torch}; torch.version is {spec!r}")

@@ -77,8 +77,11 @@ def torch_range(answers: Answers, per_build: bool) -> list[str]:
     return [f"torch>={series[-1]}{upper}"]
 
 
-def stack_inputs(facts: Facts, answers: Answers, root: Path | None = None) -> StackInputs:
-    """What the resolution these answers ask for on this machine is given."""
+def stack_inputs(
+    facts: Facts, answers: Answers, root: Path | None = None, builds_allowed: bool = True
+) -> StackInputs:
+    """What the resolution these answers ask for on this machine is given. `builds_allowed`:
+    whether an sdist may be built to learn its metadata (a lock made without is another lock)."""
     base = choose(facts, answers)
     build_requires = [r for t in base.build_targets for r in ("pip", *t.recipe.build_requires)]
     reqs = requirements(answers, build_requires)
@@ -90,9 +93,8 @@ def stack_inputs(facts: Facts, answers: Answers, root: Path | None = None) -> St
     constraints = torch_range(answers, per_build)
     python = python_choice(facts, answers)
     python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version
-    key = input_key(
-        [*reqs, *constraints], python_key, platform, builds, index_args(answers, builds[0], index)
-    )
+    index_used = index_args(answers, builds[0], index) + ([] if builds_allowed else ["--no-build"])
+    key = input_key([*reqs, *constraints], python_key, platform, builds, index_used)
     return StackInputs(reqs, constraints, python, platform, builds, index, key)
 
 
@@ -110,7 +112,9 @@ def settle_lock(
                 f"venv.lock {answers.venv.lock!r} does not fit this machine: " + "; ".join(problems)
             )
         return lock
-    inputs = stack_inputs(facts, answers, fs.root)
+    owner = choose(facts, answers).owner.run_as
+    resolver = resolver_for(fs, owner, on_machine)
+    inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
     saved = fs.read_text(STATE_LOCK)
     if saved:
         try:
@@ -122,8 +126,6 @@ def settle_lock(
                 return lock
     if run is None:
         return None
-    owner = choose(facts, answers).owner.run_as
-    resolver = resolver_for(fs, owner, on_machine)
     return Resolution(facts, answers, inputs, run, resolver).lock()
 
 

@@ -308,3 +308,38 @@ def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(se
     assert "http://127.0.0.1:9/" in failed.stdout
     assert server.report()["failure"]["diagnosis"] == "index-unreachable"
     assert not server.venv.exists()
+
+
+def test_a_package_with_only_an_sdist_is_built_by_the_venv_owner_never_by_root(
+    server: FakeServer,
+):
+    """Its metadata comes only from running its build backend (issue 21): root resolves with
+    builds off, the venv's owner resolves and builds it, the plan says so; uid 0 never runs it,
+    in the plan or the apply. A venv of root's is refused before anything runs."""
+    index = setup(server)
+    uids = server.base / "uids.log"
+    uids.touch()
+    uids.chmod(0o666)
+    index.add_sdist("pypi", "uidprobe", "1.0", uids)
+    write_answers(server, index, ["uidprobe"])
+
+    plan = plan_json(server, index)
+    assert plan["lock"]["sources"] == ["uidprobe 1.0"]
+    sync = action(plan, "venv.sync")
+    assert "source only, built as mluser at apply: uidprobe 1.0" in sync["title"]
+    assert sync["user"] == "mluser" and "--no-build" not in sync["argv"]
+    assert uids.read_text().split("\n")[:-1] == ["1000 metadata"]
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    venv = probe_venv(RootFS(server.root), str(server.venv))
+    assert venv is not None and venv.version_of("uidprobe") == "1.0"
+    ran = uids.read_text().splitlines()
+    assert "1000 wheel" in ran and all(line.startswith("1000 ") for line in ran), ran
+
+    write_answers(server, index, ["uidprobe"], venv='user = "root"')
+    refused = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert refused.returncode == 2, refused.stdout
+    assert "uidprobe has no wheel" in refused.stderr
+    assert "mlsetup never runs a package's build as root" in refused.stderr
+    assert all(line.startswith("1000 ") for line in uids.read_text().splitlines())
