@@ -193,15 +193,11 @@ def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) 
         candidates = tuple(sorted(supported, key=Version, reverse=True)) or (coverage[0],)
     have = ", ".join(system) or "none"
     torch = f"torch {release.series}" if release else "torch"
-    reason = (
-        f"the system's Python ({have}) is not one {torch} has wheels for "
-        f"({', '.join(supported) or 'unknown'})"
-    )
     return PythonChoice(
         candidates[0],
         False,
-        f"{reason}; {candidates[0]} is the one the most packages have wheels for "
-        "(assets/pythons.toml)",
+        f"{torch} has no wheels for the system's Python ({have}); of those it has, "
+        f"{candidates[0]} is the one most packages have wheels for",
         candidates,
     )
 

@@ -269,8 +269,8 @@ class Resolution:
             if text is not None:
                 lacking = f" ({'; '.join(skipped)})" if skipped else ""
                 return python, (
-                    f"{choice.reason}; every package of the stack has a wheel for "
-                    f"Python {python}{lacking}; uv downloads CPython {python}"
+                    f"{choice.reason.partition('; of those')[0]}; every package of the stack "
+                    f"has a wheel for Python {python}{lacking}"
                 )
             failure = read_failure(result.tail, self.local)
             if isinstance(failure, Unreachable):
@@ -280,9 +280,8 @@ class Resolution:
             skipped.append(f"{python}: {_lacking(failure)}")
         first = choice.candidates[0]
         return first, (
-            f"{choice.reason}; Python {first}, the most widely covered by wheels "
-            f"(assets/pythons.toml): no candidate has a wheel of every package "
-            f"({'; '.join(skipped) or 'see the resolution'}); uv downloads CPython {first}"
+            f"{choice.reason}; no Python has a wheel of every package of the stack "
+            f"({'; '.join(skipped) or 'see the resolution'})"
         )
 
     # -- the lock -----------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def test_auto_python_on_ubuntu_2204_is_one_the_whole_stack_has_wheels_for(server
     create = next(a for s in plan["steps"] for a in s["actions"] if a["id"] == "venv.create")
     assert create["argv"][:4] == ["uv", "venv", "--python", "3.12"]
     assert "uv downloads CPython 3.12" in create["title"]
-    assert "the system's Python (3.10) is not one torch 2.15 has wheels for" in create["title"]
+    assert "torch 2.15 has no wheels for the system's Python (3.10)" in create["title"]
     assert "every package of the stack has a wheel for Python 3.12" in create["title"]
 
 
