@@ -247,7 +247,7 @@ def index_label(answers: Answers, build: str, configured: str | None) -> str:
             return default
         return f"{PYPI} (torch from {knowledge().torch.index_for(build)})"
     public = split_credentials(url.replace("{build}", build))[0]
-    return f"{public} (then {default})" if configured else public
+    return f"{public} (then {default})" if configured and default != public else public
 
 
 def index_secrets(answers: Answers) -> dict[str, str]:
@@ -278,10 +278,12 @@ def compile_argv(
     index: list[str],
     builds: bool,
     constraints: str | None = None,
+    offline: bool = False,
 ) -> list[str]:
     """`uv pip compile` for the lock. `builds` False: `--no-build`, nothing of a package runs
     (every resolution root runs); True only as an ordinary account, for an sdist whose
-    metadata comes only from its build backend."""
+    metadata comes only from its build backend. `offline`: from uv's cache alone (what the
+    resolution just before it fetched)."""
     return [
         "uv",
         "pip",
@@ -291,6 +293,7 @@ def compile_argv(
         "--no-header",
         "--no-python-downloads",
         *([] if builds else ["--no-build"]),
+        *(["--offline"] if offline else []),
         "--python-version",
         python,
         "--python-platform",

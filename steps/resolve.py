@@ -23,7 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -145,6 +145,24 @@ def _sandbox(account: Account | None, files: dict[str, str]) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+RESOLVE = "Resolve torch, the packages and the build requirements"
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One `uv pip compile`: its action, for which Python, what, into which file; `builds`:
+    allowed if the resolver may; `offline`: from uv's cache alone."""
+
+    action: str
+    title: str
+    python: str
+    requirements: list[str]
+    out: str = "lock.txt"
+    constraints: tuple[str, ...] = ()
+    builds: bool = True
+    offline: bool = False
+
+
 @dataclass
 class _Attempts:
     notes: list[str] = field(default_factory=list)  # what was tried, for the lock's note
@@ -176,9 +194,8 @@ class Resolution:
         builds = self.inputs.builds if self.per_build else self.inputs.builds[:1]
         attempts = _Attempts()
         for build in builds:
-            result, text = self._compile(
-                f"venv.resolve-{build}", build, python, self.inputs.requirements, "lock.txt"
-            )
+            ask = _Ask(f"venv.resolve-{build}", RESOLVE, python, self.inputs.requirements)
+            result, text = self._compile(ask, build)
             if text is not None:
                 return self._lock_from(text, build, python, reason, attempts)
             failure = read_failure(result.tail, self.local)
@@ -198,38 +215,28 @@ class Resolution:
 
     # -- uv runs ------------------------------------------------------------------------------
 
-    def _compile(
-        self,
-        action_id: str,
-        build: str,
-        python: str,
-        requirements: list[str],
-        out: str,
-        constraints: list[str] | None = None,
-        builds: bool | None = None,
-    ) -> tuple[Result, str | None]:
+    def _compile(self, ask: _Ask, build: str) -> tuple[Result, str | None]:
         """One `uv pip compile` in a fresh sandbox: its result and the file it wrote (None when
         it failed)."""
-        allowed = self.resolver.builds if builds is None else builds and self.resolver.builds
-        files = {"requirements.in": "\n".join(requirements) + "\n"}
-        every = [*self.inputs.constraints, *(constraints or [])]
+        files = {"requirements.in": "\n".join(ask.requirements) + "\n"}
+        every = [*self.inputs.constraints, *ask.constraints]
         if every:
             files["constraints.txt"] = "\n".join(every) + "\n"
         with _sandbox(self.resolver.account, files) as where:
             argv = compile_argv(
                 str(where / "requirements.in"),
-                str(where / out),
-                python,
+                str(where / ask.out),
+                ask.python,
                 self.inputs.platform,
                 index_args(self.answers, build, self.inputs.configured),
-                allowed,
+                ask.builds and self.resolver.builds,
                 str(where / "constraints.txt") if every else None,
+                ask.offline,
             )
             account = self.resolver.account
             action = Action(
-                id=action_id,
-                title=_TITLES.get(action_id.rsplit("-", 1)[0], "Resolve the stack")
-                + f" ({build}, Python {python}, as {self.resolver.who})",
+                id=ask.action,
+                title=f"{ask.title} ({build}, Python {ask.python}, as {self.resolver.who})",
                 argv=argv,
                 user=account.name if account else None,
                 # the account's own cache, not one root was given (it could not write there)
@@ -241,9 +248,11 @@ class Resolution:
             if result.exit_code != 0:
                 return result, None
             try:
-                data = read_bounded(where / out, MAX_LOCK_BYTES)
+                data = read_bounded(where / ask.out, MAX_LOCK_BYTES)
             except OSError as exc:
-                raise StackUnavailable(f"uv's {out} cannot be read: {exc}", action_id) from None
+                raise StackUnavailable(
+                    f"uv's {ask.out} cannot be read: {exc}", ask.action
+                ) from None
             # uv names the input file by its path, which differs between runs: the lock must not
             return result, data.decode("utf-8", "replace").replace(
                 str(where / "requirements.in"), "requirements.in"
@@ -258,14 +267,14 @@ class Resolution:
         build = self.inputs.builds[0]
         skipped: list[str] = []
         for python in choice.candidates:
-            result, text = self._compile(
+            ask = _Ask(
                 f"venv.check-python-{python}",
-                build,
+                "Check that every package of the stack has a wheel for this Python",
                 python,
                 self.inputs.requirements,
-                "lock.txt",
                 builds=False,
             )
+            result, text = self._compile(ask, build)
             if text is not None:
                 lacking = f" ({'; '.join(skipped)})" if skipped else ""
                 return python, (
@@ -343,9 +352,18 @@ class Resolution:
         held = [f"{name}=={version}" for name, version in pins.items() if name not in followers]
         newer = f"torch>{Version(pins['torch']).public}"
         asked = [r for r in self.inputs.requirements if requirement_name(r) != "torch"]
-        result, text = self._compile(
-            "venv.check-torch", build, python, [*asked, newer], "probe.txt", constraints=held
+        ask = _Ask(
+            "venv.check-torch",
+            "Ask uv which package keeps a newer torch out",
+            python,
+            [*asked, newer],
+            "probe.txt",
+            tuple(held),
+            offline=True,  # the pins' metadata is in the cache: only a newer torch's may not be
         )
+        result, text = self._compile(ask, build)
+        if text is None and _from_cache_only(result):
+            result, text = self._compile(replace(ask, offline=False), build)
         if text is not None:
             return ()  # a newer torch fits as well: uv preferred this one, nothing refused it
         names = [canonicalize_name(n) for n in torch_dependents(result.tail)]
@@ -356,14 +374,16 @@ class Resolution:
         (uv lists a package's wheels there): the owner builds them at the sync."""
         pins, _ = parse_pins(text)
         held = [f"{name}=={version}" for name, version in pins.items()]
-        _, pylock = self._compile(
+        ask = _Ask(
             "venv.check-sources",
-            build,
+            "List the locked packages that have no wheel",
             python,
             self.inputs.requirements,
             "pylock.toml",
-            constraints=held,
+            tuple(held),
+            offline=True,  # the same pins, just resolved: all of it is in uv's cache
         )
+        _, pylock = self._compile(ask, build)
         if pylock is None:
             return ()
         try:
@@ -494,14 +514,6 @@ class Resolution:
         return f"{asked}: {what}, which cannot run here: " + "; ".join(problems)
 
 
-_TITLES = {
-    "venv.resolve": "Resolve torch, the packages and the build requirements",
-    "venv.check-python": "Check which Python the whole stack has wheels for",
-    "venv.check-torch": "Ask uv which package keeps a newer torch out",
-    "venv.check-sources": "List the locked packages that have no wheel",
-}
-
-
 def _followers(pins: dict[str, str], via: dict[str, list[str]]) -> set[str]:
     """The torch family and whatever only they require: they follow torch, never decide it."""
     follow = {n for n in pins if n in TORCH_FAMILY or n.startswith(("nvidia-", "cuda-"))}
@@ -523,6 +535,11 @@ def _cache_of(account: Account, sandbox: Path) -> str:
     if home.is_dir() and home.stat().st_uid == account.uid:
         return str(home / ".cache" / "uv")
     return str(sandbox / "cache")
+
+
+def _from_cache_only(result: Result) -> bool:
+    """An offline run that needed something uv's cache lacks."""
+    return any("network was disabled" in line for line in result.tail)
 
 
 def _lacking(failure: Failure) -> str:

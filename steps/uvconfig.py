@@ -35,7 +35,7 @@ def uv_environment(environ: Mapping[str, str], root: Path = Path("/")) -> dict[s
     env: dict[str, str] = {}
     if not any(k in environ for k in CERT_VARIABLES):
         env["UV_SYSTEM_CERTS"] = "true"
-    if any(k in environ for k in UV_INDEX_VARIABLES) or any(
+    if any(environ.get(k) for k in UV_INDEX_VARIABLES) or any(
         (root / p.lstrip("/")).exists() for p in UV_SYSTEM_CONFIGS
     ):
         return env  # uv's own configuration: it reads it itself
