@@ -226,6 +226,7 @@ def test_a_mirror_that_has_nothing_is_the_only_index_asked(server, trap, where):
     """A mirror answering 404 for everything: exit 2 naming it and the package it lacks; no
     request went anywhere else (the trap saw none, the mirror saw them all)."""
     setup(server)
+    server.pip_conf.unlink()  # no default index but the one the test names
     with RecordedIndex(missing=True) as mirror:
         extra: dict[str, str] = {"UV_OFFLINE": "0", **trap.env()}
         torch = ""
@@ -234,7 +235,7 @@ def test_a_mirror_that_has_nothing_is_the_only_index_asked(server, trap, where):
         elif where == "UV_DEFAULT_INDEX":
             extra["UV_DEFAULT_INDEX"] = mirror.url
         else:
-            (server.root / "etc/pip.conf").write_text(f"[global]\nindex-url = {mirror.url}\n")
+            server.pip_conf.write_text(f"[global]\nindex-url = {mirror.url}\n")
         answers(server, ["vllm"], torch)
         plan = server.mlsetup(
             "plan", "--facts", str(RTX), "--answers", str(server.answers), **extra
@@ -250,6 +251,7 @@ def test_a_mirror_that_has_nothing_is_the_only_index_asked(server, trap, where):
 
 def test_a_closed_port_as_the_index_is_exit_2_naming_it(server, trap):
     setup(server)
+    server.pip_conf.unlink()
     answers(server, ["vllm"], 'index_url = "http://127.0.0.1:9/simple"')
     extra = {"UV_OFFLINE": "0", "UV_HTTP_RETRIES": "0", **trap.env()}
     run = server.mlsetup("apply", "--answers", str(server.answers), **extra)
