@@ -76,12 +76,11 @@ class StackSettler:
             ", ".join(lock.decided_by),
             len(lock.packages),
         )
+        decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
         self.run.emit(
             Notice(
-                text=f"stack lock: torch {lock.torch} ({lock.build}) for "
-                f"Python {lock.python}, decided by "
-                f"{', '.join(lock.decided_by)}; "
-                f"{len(lock.packages)} packages pinned with hashes"
+                text=f"stack lock: torch {lock.torch} ({lock.build}) for Python {lock.python}"
+                f"{decided}; {len(lock.packages)} packages pinned with hashes, from {lock.index}"
             )
         )
         if not self.run.req.dry_run:
