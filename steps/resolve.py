@@ -268,7 +268,7 @@ class Resolution:
         skipped: list[str] = []
         for python in choice.candidates:
             ask = _Ask(
-                f"venv.check-python-{python}",
+                f"venv.resolve-check-python-{python}",
                 "Check that every package of the stack has a wheel for this Python",
                 python,
                 self.inputs.requirements,
@@ -283,7 +283,7 @@ class Resolution:
                 )
             failure = read_failure(result.tail, self.local)
             if isinstance(failure, Unreachable):
-                raise self._refusal(failure, build, python, f"venv.check-python-{python}")
+                raise self._refusal(failure, build, python, f"venv.resolve-check-python-{python}")
             if not isinstance(failure, (NoPythonWheel, NeedsBuild)):
                 break  # not a question of the Python: the resolution proper names the cause
             skipped.append(f"{python}: {_lacking(failure)}")
@@ -353,7 +353,7 @@ class Resolution:
         newer = f"torch>{Version(pins['torch']).public}"
         asked = [r for r in self.inputs.requirements if requirement_name(r) != "torch"]
         ask = _Ask(
-            "venv.check-torch",
+            "venv.resolve-check-torch",
             "Ask uv which package keeps a newer torch out",
             python,
             [*asked, newer],
@@ -375,7 +375,7 @@ class Resolution:
         pins, _ = parse_pins(text)
         held = [f"{name}=={version}" for name, version in pins.items()]
         ask = _Ask(
-            "venv.check-sources",
+            "venv.resolve-check-sources",
             "List the locked packages that have no wheel",
             python,
             self.inputs.requirements,
