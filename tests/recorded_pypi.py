@@ -220,6 +220,9 @@ class _IndexServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.index = index
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # uv dropping a kept-alive connection it no longer needs is no error
+
 
 class RecordedIndex:
     """The recorded copy as a PEP 691 index on 127.0.0.1 (a context manager). `missing`: answer
