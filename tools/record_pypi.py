@@ -449,7 +449,7 @@ def coverage(upstream: Upstream, archive: Path) -> int:
 def run_mlsetup(stack: dict, python: str, index: str, work: Path, env: dict, account) -> None:  # type: ignore[no-untyped-def]
     """`mlsetup lock` for the stack on a recorded machine, through the proxy (it runs its own
     resolutions: the checks of each candidate Python, the probe for the deciding package)."""
-    machine = REPO / "assets" / "machines" / stack.get("machine", "h200-ubuntu2404.json")
+    machine = REPO / "assets" / "machines" / stack.get("machine", "rtx-pro-6000-ubuntu2404.json")
     facts = json.loads(machine.read_text())
     facts["pythons"] = [{"version": f"{python}.0", "path": f"/usr/bin/python{python}"}]
     facts_file = work / f"facts-{stack['name']}-{python}.json"
