@@ -129,19 +129,29 @@ class StackInputs:
     key: str
 
 
+@dataclass(frozen=True)
+class _Sandbox:
+    path: Path  # as uv is told it
+    fd: int  # the directory root made, whatever is at `path` later
+    owner: int  # the uid whose files root reads back from it
+
+
 @contextmanager
-def _sandbox(account: Account | None, files: dict[str, str]) -> Iterator[Path]:
-    """A fresh directory holding `files`, then handed to `account` (root wrote the files before
-    anyone else could touch the directory; it only reads back what it asks for)."""
+def _sandbox(account: Account | None, files: dict[str, str]) -> Iterator[_Sandbox]:
+    """A fresh directory holding `files`, then handed to `account`: root wrote the files before
+    anyone else could touch the directory, and reads back only through its descriptor files
+    that account owns (not a link to, or a hard link of, a file of root's)."""
     directory = Path(tempfile.mkdtemp(prefix="mlsetup-resolve-"))
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         for name, text in files.items():
             (directory / name).write_text(text)
             (directory / name).chmod(0o644)
         if account is not None:
-            os.chown(directory, account.uid, account.gid)
-        yield directory
+            os.fchown(fd, account.uid, account.gid)
+        yield _Sandbox(directory, fd, account.uid if account else os.geteuid())
     finally:
+        os.close(fd)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -222,7 +232,8 @@ class Resolution:
         every = [*self.inputs.constraints, *ask.constraints]
         if every:
             files["constraints.txt"] = "\n".join(every) + "\n"
-        with _sandbox(self.resolver.account, files) as where:
+        with _sandbox(self.resolver.account, files) as box:
+            where = box.path
             argv = compile_argv(
                 str(where / "requirements.in"),
                 str(where / ask.out),
@@ -248,7 +259,7 @@ class Resolution:
             if result.exit_code != 0:
                 return result, None
             try:
-                data = read_bounded(where / ask.out, MAX_LOCK_BYTES)
+                data = read_bounded(ask.out, MAX_LOCK_BYTES, dir_fd=box.fd, owner=box.owner)
             except OSError as exc:
                 raise StackUnavailable(
                     f"uv's {ask.out} cannot be read: {exc}", ask.action

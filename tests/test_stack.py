@@ -344,3 +344,40 @@ def test_a_package_with_only_an_sdist_is_built_by_the_venv_owner_never_by_root(
     assert "uidprobe has no wheel" in refused.stderr
     assert "mlsetup never runs a package's build as root" in refused.stderr
     assert all(line.startswith("1000 ") for line in uids.read_text().splitlines())
+
+
+def test_root_reads_the_lock_from_the_directory_it_made_not_where_the_account_points(
+    server: FakeServer,
+):
+    """The account that resolves owns the directory uv writes into: after uv it swaps that
+    directory for a link to one of root's, holding another lock.txt. Root reads back through
+    the descriptor of the directory it made, and only files of that account's."""
+    index = setup(server)
+    write_answers(server, index, ["helper"])
+    secret = server.base / "root-only"
+    secret.mkdir(mode=0o700)
+    for name in ("lock.txt", "probe.txt", "pylock.toml"):
+        (secret / name).write_text("torch==6.6.6+secret \\\n    --hash=sha256:00\n")
+    moved = server.base / "moved.txt"
+    real = server.tools / "uv.real"
+    (server.tools / "uv").rename(real)
+    wrapper = server.tools / "uv"
+    wrapper.write_text(
+        f'#!/bin/sh\n"{real}" "$@"; code=$?\nout=""; prev=""\n'
+        'for a in "$@"; do [ "$prev" = "--output-file" ] && out="$a"; prev="$a"; done\n'
+        'if [ -n "$out" ] && [ "$(id -u)" = "1000" ]; then\n'
+        f'  d=$(dirname "$out"); mv "$d" "$d.moved" && ln -s {secret} "$d" && '
+        f'echo "$d" >> {moved}\nfi\nexit $code\n'
+    )
+    wrapper.chmod(0o755)
+    moved.touch()
+    moved.chmod(0o666)
+    try:
+        plan = plan_json(server, index)
+        assert moved.read_text(), "the account's swap did not run"
+        assert plan["lock"]["torch"] == "2.11.0+cu130"
+        assert "6.6.6" not in json.dumps(plan)
+    finally:
+        for swapped in moved.read_text().split():
+            Path(swapped).unlink(missing_ok=True)
+            shutil.rmtree(f"{swapped}.moved", ignore_errors=True)
