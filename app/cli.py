@@ -38,6 +38,7 @@ GLOBAL_DEFAULTS: dict[str, object] = {
 TAKES: dict[str | None, tuple[str, ...]] = {
     None: ("answers", "facts"),  # the wizard
     "plan": ("answers", "facts"),
+    "lock": ("answers", "facts"),
     "apply": ("answers", "facts"),
     "probe": (),
     "attach": (),
@@ -87,6 +88,17 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", parents=options("plan"), help="show what would be done, and why")
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
+
+    lock = sub.add_parser(
+        "lock",
+        parents=options("lock"),
+        help="resolve the stack now and write its hashed lock (for venv.lock)",
+        description="Resolve torch, the answers' packages and the extensions' build requirements "
+        "for this machine, or with --facts for a recorded one (its Python and platform; metadata "
+        "only, nothing is installed), and write the lock that venv.lock installs on a host.",
+    )
+    lock.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    lock.add_argument("--json", action="store_true", help="print the lock's summary as JSON")
 
     apply = sub.add_parser(
         "apply",
@@ -147,9 +159,40 @@ def _version() -> str:
 
 def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
     if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
+        from steps.venv import lock_for_plan
+
         facts = load_facts(args.facts)
-        return facts, make_plan(facts, answers)
+        lock, why = lock_for_plan(RootFS(args.root), facts, answers, on_machine=False)
+        return facts, make_plan(facts, answers, lock=lock, notes=(why,) if why else ())
     return observe_and_plan(RootFS(args.root), answers, resolve=True)
+
+
+def _lock(args: argparse.Namespace, answers: Answers) -> int:
+    """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
+    from steps.probe import probe
+    from steps.state import write_atomic
+    from steps.venv import lock_ahead
+
+    fs = RootFS(args.root)
+    facts = load_facts(args.facts) if args.facts is not None else probe(fs).facts
+    lock = lock_ahead(fs, facts, answers, on_machine=args.facts is None)
+    try:
+        write_atomic(args.output, lock.file_text(), mode=0o644)
+    except OSError as exc:
+        raise InputError(
+            f"-o {str(args.output)!r}: cannot write the lock: {exc.strerror}"
+        ) from None
+    if args.json:
+        print(json.dumps(lock.summary(), indent=2))
+    else:
+        sources = f"; built from source at apply: {', '.join(lock.sources)}" if lock.sources else ""
+        decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
+        print(
+            f"{args.output}: torch {lock.torch} ({lock.build}) for Python {lock.python} on "
+            f"{lock.platform}{decided}; {len(lock.packages)} packages pinned with hashes, from "
+            f"{lock.index}{sources}"
+        )
+    return 0
 
 
 def run(argv: list[str]) -> int:
@@ -186,6 +229,8 @@ def run(argv: list[str]) -> int:
 
         return wizard(args)
     answers = load_answers(args.answers)
+    if args.command == "lock":
+        return _lock(args, answers)
     facts, plan = _plan(args, answers)
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())

@@ -241,8 +241,9 @@ class TorchAnswers(_Section):
     )
     index_url: str = Field(
         "auto",
-        description="auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local "
-        'directory) where "{build}" becomes cu128, cpu, ...',
+        description="auto = PyPI, with https://download.pytorch.org/whl/{build} for the torch "
+        "packages (or the default index configured for uv or pip alone); or a mirror (URL or "
+        'local directory, "{build}" becomes cu128, cpu, ...) that replaces PyPI, never beside it',
     )
 
     @field_validator("version")

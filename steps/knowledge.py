@@ -31,7 +31,7 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 ASSETS_DIR = Path(str(resources.files("assets")))
 
 
-__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "use_root"]
+__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "machine_root", "use_root"]
 
 
 def load_asset(name: str) -> dict:
@@ -230,10 +230,16 @@ class Knowledge:
     repo: NvidiaRepo
     torch: TorchKnowledge
     extensions: dict[str, ExtensionRecipe]
+    pythons: tuple[str, ...]  # CPython versions, the most widely covered by wheels first
 
 
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
 _root = Path("/")
+
+
+def machine_root() -> Path:
+    """The machine's / as the CLI was told it (--root)."""
+    return _root
 
 
 def use_root(root: Path) -> None:
@@ -299,4 +305,5 @@ def knowledge() -> Knowledge:
             },
         ),
         extensions=_recipes(),
+        pythons=tuple(p["version"] for p in load_asset("pythons.toml")["python"]),
     )

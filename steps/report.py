@@ -105,6 +105,12 @@ class LockReport(_Strict):
     decided_by: list[str] = Field(description="the packages that decided the torch version")
     note: str = Field(description="how the build was settled, when it was not the first choice")
     packages: dict[str, str] = Field(description="every pinned package: name -> version")
+    index: str = Field("", description="the package index it was resolved from")
+    sources: list[str] = Field(
+        default_factory=list,
+        description='pins with no wheel ("name version"), built by the venv\'s owner at the sync',
+    )
+    python_reason: str = Field("", description='why this Python, when "auto" chose one')
     file: str = Field(description="where root keeps the lock file")
     text: str = Field(description="the lock file, to hand to another host (venv.lock)")
 

@@ -55,8 +55,8 @@ class StackSettler:
                 what=str(exc),
                 diagnosis=Diagnosis(
                     "stack-unsatisfiable",
-                    "No torch satisfies the answers' packages on this machine.",
-                    "Change torch.packages or torch.cuda in "
+                    "The answers' packages do not resolve into one stack that runs here.",
+                    "Change torch.packages, torch.cuda or torch.index_url in "
                     f"{answers_file(self.run.req.answers_path)} as the message says, "
                     f"then: {answers_command(self.run.req.answers_path)}",
                 ),
@@ -83,12 +83,11 @@ class StackSettler:
             ", ".join(lock.decided_by),
             len(lock.packages),
         )
+        decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
         self.run.emit(
             Notice(
-                text=f"stack lock: torch {lock.torch} ({lock.build}) for "
-                f"Python {lock.python}, decided by "
-                f"{', '.join(lock.decided_by)}; "
-                f"{len(lock.packages)} packages pinned with hashes"
+                text=f"stack lock: torch {lock.torch} ({lock.build}) for Python {lock.python}"
+                f"{decided}; {len(lock.packages)} packages pinned with hashes, from {lock.index}"
             )
         )
         if not self.run.req.dry_run:
@@ -107,7 +106,6 @@ class StackSettler:
             facts,
             self.run.req.answers,
             resolve if resolving else None,
-            self.run.paths.state_dir / "resolve" if resolving else None,
         )
 
     def _unavailable(self, exc: StackUnavailable, facts: Facts) -> None:
@@ -149,6 +147,7 @@ class StackSettler:
                 f"torch is one), then: {answers_command(answers)}",
             ),
             tail=tail,
+            code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
         )
 
     def _keep_lock(self, lock: Lock) -> None:

@@ -46,7 +46,12 @@ def inputs(tmp_path: Path) -> dict[str, str]:
     FakeMachine(tmp_path / "root", distro=("debian", "12"))
     answers = tmp_path / "answers.toml"
     answers.write_text(CPU_ANSWERS)
-    return {"@ROOT@": str(tmp_path / "root"), "@ANSWERS@": str(answers), "@H200@": H200}
+    return {
+        "@ROOT@": str(tmp_path / "root"),
+        "@ANSWERS@": str(answers),
+        "@H200@": H200,
+        "@OUT@": str(tmp_path / "stack.lock"),
+    }
 
 
 def _probe_os(o: Outcome) -> object:
@@ -97,6 +102,9 @@ CASES = [
     Case(["--facts", "@H200@"], "apply", ["--dry-run", "--answers", "@ANSWERS@"], _dry_run),
     Case(["--answers", "@ANSWERS@"], "plan", ["--facts", "@H200@", "--json"], _plan),
     Case(["--answers", "@ANSWERS@"], "apply", ["--dry-run", "--facts", "@H200@"], _dry_run),
+    # offline (the tests reach no index): the same refusal either way, naming the index
+    Case(["--facts", "@H200@"], "lock", ["--answers", "@ANSWERS@", "-o", "@OUT@"], _code, False),
+    Case(["--answers", "@ANSWERS@"], "lock", ["--facts", "@H200@", "-o", "@OUT@"], _code, False),
     # a command with no use for the option refuses it, wherever it stands
     Case(["--facts", "@H200@"], "probe", ["--json"], _refused),
     Case(["--answers", "@ANSWERS@"], "probe", [], _refused),

@@ -571,3 +571,15 @@ def test_auto_torch_is_the_newest_release_for_the_venvs_python():
     assert planned_torch(plan)[0] == "torch==2.14.*"
     assert not any("no wheels for Python" in w for w in plan.warnings)
     assert planned_torch(plan_for(FRESH))[0] == "torch==2.15.*"
+
+
+def test_auto_python_from_knowledge_is_the_one_most_packages_have_wheels_for():
+    # issue 26: the system's 3.10 is not one torch 2.15 has wheels for, so uv downloads a
+    # Python; planned from knowledge (no index reached), the most widely covered one torch
+    # supports (assets/pythons.toml), not the newest it lists (3.15)
+    plan = plan_for(FRESH, '[torch]\npackages = ["vllm"]\n')
+    create = next(a for a in plan.actions if a.id == "venv.create")
+    assert create.argv[:4] == ["uv", "venv", "--python", "3.12"]
+    assert "uv downloads CPython 3.12" in create.title
+    assert "torch 2.15 has no wheels for the system's Python (3.10)" in create.title
+    assert "3.12 is the one most packages have wheels for" in create.title
