@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from steps.answers import Answers
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
-from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, index_args
+from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, configured, index_args
 from steps.plan import Action, Step, pending, satisfied
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
@@ -185,13 +185,19 @@ def _prerequisites_argv(
     lock = choices.lock
     names = build_requirements(target)
     if lock is None:
-        return [*UV_INSTALL, "--python", py, *index_args(answers, choices.torch_build), *names]
+        return [
+            *UV_INSTALL,
+            "--python",
+            py,
+            *index_args(answers, choices.torch_build, configured()),
+            *names,
+        ]
     pins = [f"{n}=={lock.packages[n]}" if n in lock.packages else n for n in names]
     return [
         *UV_INSTALL,
         "--python",
         py,
-        *index_args(answers, lock.build),
+        *index_args(answers, lock.build, configured()),
         "--require-hashes",
         "--constraint",
         SHARED_LOCK,

@@ -42,11 +42,12 @@ from steps.extensions import (
     target_key,
     wheel_pin,
 )
-from steps.lock import SHARED_DIR, index_args, no_solution
+from steps.lock import SHARED_DIR, configured, index_args, local_index
 from steps.plan import Action, Step
 from steps.safefs import open_dir, open_regular, trusted_dir, walk
 from steps.state import write_atomic
 from steps.units import MiB
+from steps.uvfailure import Missing, read_failure
 from steps.venvstate import VenvState, probe_venv
 from steps.wheels import (
     BUILD_ROOT,
@@ -236,7 +237,11 @@ class FrozenStack:
                 "--no-python-downloads",
                 "--python-version",
                 lock.python if lock else choices.python,
-                *index_args(self.run.req.answers, lock.build if lock else choices.torch_build),
+                *index_args(
+                    self.run.req.answers,
+                    lock.build if lock else choices.torch_build,
+                    configured(),
+                ),
                 "--output-file",
                 SOURCES,
                 SOURCES_IN,
@@ -247,7 +252,9 @@ class FrozenStack:
             log.info("source hashes: %s", fs.read_text(SOURCES))
             return
         said = " ".join(result.tail[-6:]) if result else "uv could not be started"
-        if result is not None and no_solution(result.tail):
+        if result is not None and isinstance(
+            read_failure(result.tail, local_index(self.run.req.answers, configured())), Missing
+        ):
             self._refuse(
                 None,
                 f"the index has no {', '.join(reqs)} (or none for Python "

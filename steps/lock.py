@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,10 @@ from packaging.utils import canonicalize_name
 
 from steps.answers import Answers
 from steps.errors import InputError
-from steps.knowledge import knowledge
+from steps.knowledge import knowledge, machine_root
 from steps.safefs import read_bounded
 from steps.units import MiB
+from steps.uvconfig import configured_index
 
 LOCK_SCHEMA = "mlsetup.lock/1"
 HEADER = "# mlsetup-lock: "
@@ -198,6 +200,11 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     public = urlunsplit(parts._replace(netloc=netloc))
     user, password = INDEX_CREDENTIALS
     return public, {user: unquote(parts.username or ""), password: unquote(parts.password or "")}
+
+
+def configured(root: Path | None = None) -> str | None:
+    """The default index the operator configured (steps.uvconfig), as uv will see it."""
+    return configured_index(os.environ, root or machine_root())
 
 
 def index_args(answers: Answers, build: str, configured: str | None) -> list[str]:

@@ -9,7 +9,6 @@ venv and installs the lock in one `uv pip sync`, followed by the stack's smoke t
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -22,11 +21,12 @@ from steps.choices import Choices, builds_to_try, choose, lock_problems, python_
 from steps.errors import InputError
 from steps.events import EventSink
 from steps.facts import Facts
-from steps.knowledge import knowledge, machine_root
+from steps.knowledge import knowledge
 from steps.lock import (
     SMOKE_SCRIPT,
     STATE_LOCK,
     Lock,
+    configured,
     index_args,
     index_secrets,
     input_key,
@@ -47,18 +47,12 @@ from steps.resolve import (
 )
 from steps.rootfs import RootFS
 from steps.runner import Result, Runner, RunnerError
-from steps.uvconfig import configured_index
 from steps.venvstate import VenvState
 
 __all__ = ["StackUnavailable", "lock_ahead", "lock_for_plan", "plan", "settle_lock"]
 
 
 # -- the lock ---------------------------------------------------------------------------------
-
-
-def configured(root: Path | None = None) -> str | None:
-    """The default index the operator configured (steps.uvconfig), as uv will see it."""
-    return configured_index(os.environ, root or machine_root())
 
 
 def torch_range(answers: Answers, per_build: bool) -> list[str]:
