@@ -97,7 +97,8 @@ def test_an_unreachable_index_is_reported_and_the_printed_command_goes_on_after_
     closed = "http://127.0.0.1:9/whl/{build}"  # a closed port: nothing answers
     server.answers.write_text(server.answers.read_text().replace(working, closed))
     failed = server.mlsetup("apply", "--answers", str(server.answers), UV_HTTP_RETRIES="0")
-    assert failed.returncode == 1, failed.stdout + failed.stderr
+    # exit 2: the index configured cannot serve the run, and nothing ran (issue 20)
+    assert failed.returncode == 2, failed.stdout + failed.stderr
     failure = server.report()["failure"]
     assert failure["diagnosis"] == "index-unreachable"
     assert failure["action"].startswith("venv.resolve-"), failure
@@ -113,7 +114,7 @@ def test_an_unreachable_index_is_reported_and_the_printed_command_goes_on_after_
     # --resume goes on with the answers the run started with, and says so
     server.answers.write_text(server.answers.read_text().replace(closed, working))
     resumed = server.mlsetup("apply", "--resume", UV_HTTP_RETRIES="0")
-    assert resumed.returncode == 1 and "has changed since this run started" in resumed.stderr
+    assert resumed.returncode == 2 and "has changed since this run started" in resumed.stderr
     done = run_as_printed(server, command)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     report = server.report()

@@ -315,7 +315,7 @@ def test_flash_attns_runtime_requirement_is_resolved_with_the_stack():
     """Its wheel goes in --no-deps: einops (its setup.py install_requires) must be in the lock."""
     from steps.venv import stack_inputs
 
-    reqs, *_ = stack_inputs(load_facts(H200), answers_from_toml(FLASH_ATTN, "t"))
+    reqs = stack_inputs(load_facts(H200), answers_from_toml(FLASH_ATTN, "t")).requirements
     assert "einops" in reqs and "pip" in reqs and "psutil" in reqs
 
 
