@@ -12,7 +12,7 @@ from app.follower import RunFollower, no_space_text
 from steps.answers import answers_from_toml, read_answers
 from steps.choices import check_on_machine, choose
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
-from steps.errors import InputError, MlsetupError, NeedsRootError
+from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
 from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
@@ -27,7 +27,8 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         if args.answers is not None:
             raise InputError(
                 "--resume takes the answers saved by the interrupted run; "
-                "drop --answers, or drop --resume to start over with new answers"
+                "drop --answers, or drop --resume to start over with new answers",
+                kind="usage",
             )
         try:
             state = load_state(Paths(fs).state)
@@ -36,7 +37,8 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         if state is None or state.phase == "done":
             raise InputError(
                 "--resume: there is no unfinished run to resume; "
-                "start one with: sudo mlsetup apply --answers FILE"
+                "start one with: sudo mlsetup apply --answers FILE",
+                kind="state",
             )
         # The run goes on in the environment it started in (the invoking user, proxies,
         # mlsetup's settings), whoever resumes it: at boot, the resume unit has none of it.
@@ -45,13 +47,14 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     elif args.answers is None:
         raise InputError(
             "apply needs --answers FILE (see assets/answers.example.toml), "
-            "or --resume to continue an interrupted run"
+            "or --resume to continue an interrupted run",
+            kind="usage",
         )
     else:
         text = read_answers(args.answers)
         origin = str(args.answers.resolve())
     if args.facts is not None and not args.dry_run:
-        raise InputError("--facts plans for a recorded machine: it needs --dry-run")
+        raise InputError("--facts plans for a recorded machine: it needs --dry-run", kind="usage")
     return ApplyRequest(
         answers=answers_from_toml(text, origin or "saved answers"),
         answers_toml=text,
@@ -67,12 +70,13 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
 def _check_input(fs: RootFS, request: ApplyRequest) -> None:
     """The facts file and what the answers name on the machine, checked before the engine
     starts: bad input is exit 2 with nothing run and no state written."""
-    if request.facts_file is not None:
-        facts = load_facts(request.facts_file)
-        check_on_machine(choose(facts, request.answers), request.answers, None)
-    else:
-        facts = probe(fs).facts
-        check_on_machine(choose(facts, request.answers), request.answers, fs)
+    with input_kind("answers"):  # what is not the facts file is the answers, on this machine
+        if request.facts_file is not None:
+            facts = load_facts(request.facts_file)
+            check_on_machine(choose(facts, request.answers), request.answers, None)
+        else:
+            facts = probe(fs).facts
+            check_on_machine(choose(facts, request.answers), request.answers, fs)
 
 
 def apply(args: argparse.Namespace) -> int:

@@ -82,7 +82,7 @@ class CorruptState(InputError):
             else f"it could not be moved aside either: move it away yourself (sudo mv {path} "
             f"{path}.bad), then: sudo mlsetup apply --answers FILE"
         )
-        super().__init__(f"state file {path} is unusable ({why}); {where}")
+        super().__init__(f"state file {path} is unusable ({why}); {where}", kind="state")
         self.kept_at = kept_at
 
 
