@@ -6,10 +6,12 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from app.console import ConsolePrinter
 from app.follower import RunFollower, no_space_text
 from steps.answers import answers_from_toml, read_answers
+from steps.applyrun import RESUME_COMMAND, continue_command
 from steps.choices import check_on_machine, choose
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
@@ -102,6 +104,9 @@ def apply(args: argparse.Namespace) -> int:
     if args.foreground:
         return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 
+    def then() -> str:  # what goes on from what is on disk, if this start gets no further
+        return continue_command(Paths(fs), request.answers_toml, request.answers_path)
+
     engine_args = ["--root", str(args.root)] + (
         ["--resume"] if args.resume else ["--answers", request.answers_path or ""]
     )
@@ -117,15 +122,17 @@ def apply(args: argparse.Namespace) -> int:
     except OSError as exc:
         if exc.errno not in NO_SPACE:
             raise
-        raise MlsetupError(no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
+        full = str(exc.filename or Paths(fs).state_dir)
+        raise MlsetupError(no_space_text(full, then())) from exc
     finally:
         lock.release()
-    return _view(fs, ticket)
+    return _view(fs, ticket, then)
 
 
-def _view(fs: RootFS, ticket: str | None) -> int:
+def _view(fs: RootFS, ticket: str | None, then: Callable[[], str] = lambda: RESUME_COMMAND) -> int:
     """Print the run's events until it ends; the run goes on if this viewer is killed. The
-    engine it follows holds the apply lock its starter handed it (or, attached, its own)."""
+    engine it follows holds the apply lock its starter handed it (or, attached, its own).
+    `then`: the command that goes on if the run is lost."""
 
     def leave(signum: int, _frame: object) -> None:
         sys.stderr.write(
@@ -136,7 +143,7 @@ def _view(fs: RootFS, ticket: str | None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, leave)
-    follower = RunFollower(fs, ticket, lock_handed=True)
+    follower = RunFollower(fs, ticket, lock_handed=True, then=then)
     printer = ConsolePrinter()
     for event in follower.events():
         printer(event)

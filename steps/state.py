@@ -119,6 +119,15 @@ def load_state(path: Path) -> State | None:
         raise _set_aside(path, str(exc)) from exc
 
 
+def peek_state(path: Path) -> State | None:
+    """The saved state if there is a usable one, else None; unlike load_state it moves
+    nothing aside (for what a message advises, not for a run to go on from)."""
+    try:
+        return State.model_validate_json(read_bounded(path, STATE_LIMIT))
+    except (OSError, ValueError):  # a ValidationError is a ValueError
+        return None
+
+
 def _check_depth(value: object) -> None:
     """Refuse JSON nested deeper than a state ever is (the parser itself stops near 1000)."""
     level = [value]
