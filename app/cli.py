@@ -10,9 +10,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from steps.answers import Answers, load_answers
-from steps.errors import InputError, MlsetupError
+from steps.errors import InputError, MlsetupError, input_kind, refusal
 from steps.facts import Facts, load_facts
 from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
@@ -46,8 +47,16 @@ TAKES: dict[str | None, tuple[str, ...]] = {
 }
 
 
-def _global_options(takes: tuple[str, ...]) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+class _Parser(argparse.ArgumentParser):
+    """argparse's, with its usage errors worded as every other exit 2 (errors.refusal)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INPUT, f"mlsetup: input error (usage): {self.prog}: {message}\n")
+
+
+def _global_options(takes: tuple[str, ...]) -> _Parser:
+    common = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument(
         "--root",
         type=Path,
@@ -68,10 +77,10 @@ def _global_options(takes: tuple[str, ...]) -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    def options(command: str | None) -> list[argparse.ArgumentParser]:
+    def options(command: str | None) -> list[_Parser]:
         return [_global_options(TAKES[command])]
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="mlsetup",
         parents=options(None),
         description="Take an Ubuntu/Debian GPU server to a working ML stack: NVIDIA driver, "
@@ -175,12 +184,13 @@ def _lock(args: argparse.Namespace, answers: Answers) -> int:
 
     fs = RootFS(args.root)
     facts = load_facts(args.facts) if args.facts is not None else probe(fs).facts
-    lock = lock_ahead(fs, facts, answers, on_machine=args.facts is None)
+    with input_kind("answers"):  # as for plan: a refused resolution is the answers' packages
+        lock = lock_ahead(fs, facts, answers, on_machine=args.facts is None)
     try:
         write_atomic(args.output, lock.file_text(), mode=0o644)
     except OSError as exc:
         raise InputError(
-            f"-o {str(args.output)!r}: cannot write the lock: {exc.strerror}"
+            f"-o {str(args.output)!r}: cannot write the lock: {exc.strerror}", kind="usage"
         ) from None
     if args.json:
         print(json.dumps(lock.summary(), indent=2))
@@ -199,7 +209,7 @@ def run(argv: list[str]) -> int:
     args = parse(argv)
     settings()  # MLSETUP_* are input too: a bad one is exit 2 before anything else
     if not args.root.is_dir():
-        raise InputError(f"--root {str(args.root)!r}: not a directory")
+        raise InputError(f"--root {str(args.root)!r}: not a directory", kind="usage")
     use_root(args.root)  # the operator's recipes are read from under --root
     from app.console import facts_text, plan_text
 
@@ -231,7 +241,8 @@ def run(argv: list[str]) -> int:
     answers = load_answers(args.answers)
     if args.command == "lock":
         return _lock(args, answers)
-    facts, plan = _plan(args, answers)
+    with input_kind("answers"):  # a refusal of the resolution is one of the answers' packages
+        facts, plan = _plan(args, answers)
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())
     else:
@@ -251,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         # stdout is block-buffered: all of `--help` is written only then).
         sys.stdout.flush()
     except MlsetupError as exc:
-        print(f"mlsetup: {exc}", file=sys.stderr)
+        print(f"mlsetup: {refusal(exc)}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from steps.probe import probe
 from steps.report import Failure, Outcome, RunResult
 from steps.rootfs import RootFS
 from steps.runner import Runner
-from steps.state import State, save_state
+from steps.state import State, peek_state, save_state
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -37,6 +38,20 @@ def naming(exc: OSError, path: Path | None) -> OSError:
 
 
 RESUME_COMMAND = "sudo mlsetup apply --resume"
+
+
+def continue_command(paths: Paths, answers_toml: str, answers_path: str | None) -> str:
+    """The command that goes on from what is on disk now, after a run that could not save
+    (a full disk) or was lost: `--resume` when the state there is this run's and unfinished
+    (every write is atomic: a failed one leaves the last complete state); otherwise (none was
+    written yet, or it is a finished run's or another run's) a new apply with these answers,
+    which starts from what is already done."""
+    saved = peek_state(paths.state)
+    if saved is not None and saved.phase != "done" and saved.answers_toml == answers_toml:
+        return RESUME_COMMAND
+    return f"sudo mlsetup apply --answers {shlex.quote(answers_path) if answers_path else 'FILE'}"
+
+
 DPKG_LOCK_TIMEOUT = 600.0
 INTERRUPTED_WAIT = 600.0
 

@@ -106,9 +106,13 @@ def failed_url(lines: list[str], argv: list[str] | None = None) -> str | None:
     return urls[0] if len(urls) == 1 else None
 
 
-def no_space(path: str) -> Diagnosis:
+def no_space(path: str, then: str | None = None) -> Diagnosis:
     """The "no-space" diagnosis for a write of mlsetup's own (state, logs, report) that found
-    the disk holding `path` full, with where to look first."""
+    the disk holding `path` full, with where to look first. `then`: the command that goes on
+    once there is room, in place of the signature's `--resume` (which needs a saved run)."""
+    from steps.applyrun import RESUME_COMMAND  # here: applyrun imports this module
+
     sig = next(s for s in _signatures() if s.id == "no-space")
     where = path if os.path.isdir(path) else os.path.dirname(path) or path
-    return Diagnosis(sig.id, sig.why, f"df -h {where}; {sig.next}")
+    nxt = sig.next if then is None else sig.next.replace(RESUME_COMMAND, then)
+    return Diagnosis(sig.id, sig.why, f"df -h {where}; {nxt}")

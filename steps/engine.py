@@ -31,6 +31,7 @@ from steps.applyrun import (
     ApplyRequest,
     ApplyRun,
     Stopped,
+    continue_command,
     naming,
 )
 from steps.builds import ExtensionBuilds, is_build
@@ -312,11 +313,13 @@ class Engine:
 
     def _no_space(self, exc: OSError) -> int:
         """A state, log or report write found its disk full. The state file is still the last
-        complete one (every write is atomic), so the resume goes on from there; this says so
-        through whatever can still be written (the console of a foreground engine)."""
+        complete one (every write is atomic), so the run goes on from there (continue_command
+        says how); this says so through whatever can still be written (the console of a
+        foreground engine)."""
         run = self.apply_run
         where = str(exc.filename or run.paths.state)
-        diagnosis = no_space(where)
+        then = continue_command(run.paths, self.req.answers_toml, self.req.answers_path)
+        diagnosis = no_space(where, then)
         what = f"no space left on the device to write {where}"
         run.outcome.failure = Failure(
             step=run.step,

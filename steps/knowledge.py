@@ -16,6 +16,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from steps.errors import input_kind
 from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
 from steps.settings import settings
 from steps.units import MiB
@@ -250,6 +251,7 @@ def use_root(root: Path) -> None:
         knowledge.cache_clear()
 
 
+@input_kind("recipes")
 def _recipes() -> dict[str, ExtensionRecipe]:
     """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form;
     a later file's recipe replaces an earlier one of the same name)."""
