@@ -6,8 +6,8 @@ import argparse
 import os
 import signal
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from app.console import ConsolePrinter
 from app.follower import RunFollower, no_space_text
