@@ -36,7 +36,16 @@ fi
 
 echo "install.sh: creating $prefix with $("$python" --version)"
 "$python" -m venv --clear "$prefix"
-"$prefix/bin/python" -m pip install --quiet --disable-pip-version-check "$src"
+# pip builds a source directory in place (setuptools writes build/ and mlsetup.egg-info/ into
+# it), and this runs as root: in the checkout those would be root's, and the next `pip install
+# .`, `uv tool install .` or tests/run.sh of its owner would fail on them. So the build reads a
+# copy of what the wheel is made of, in a temporary directory of root's, and the checkout stays
+# exactly as it was (nothing is written there; `git status --ignored` shows nothing new).
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+tar -C "$src" --exclude=__pycache__ --exclude='*.py[co]' -cf - \
+    pyproject.toml README.md LICENSE app steps assets | tar -C "$build" --no-same-owner -xf -
+"$prefix/bin/python" -m pip install --quiet --disable-pip-version-check "$build"
 mkdir -p "$bindir"
 # The link is for people; what mlsetup starts by itself (the detached engine, the resume unit's
 # ExecStart) names $prefix/bin/mlsetup, the script beside the interpreter that runs it.

@@ -6,13 +6,17 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from app.console import ConsolePrinter
 from app.follower import RunFollower, no_space_text
 from steps.answers import answers_from_toml, read_answers
+from steps.applyrun import RESUME_COMMAND, continue_command
 from steps.choices import check_on_machine, choose
+from steps.diagnose import answers_command
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
-from steps.errors import InputError, MlsetupError, NeedsRootError
+from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
 from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
@@ -26,8 +30,11 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     if args.resume:
         if args.answers is not None:
             raise InputError(
-                "--resume takes the answers saved by the interrupted run; "
-                "drop --answers, or drop --resume to start over with new answers"
+                "--resume goes on with the answers the interrupted run saved; to go on with "
+                f"the answers in {args.answers} instead, drop --resume: "
+                f"{answers_command(str(args.answers.resolve()))} re-plans from them and "
+                "goes on from what is done",
+                kind="usage",
             )
         try:
             state = load_state(Paths(fs).state)
@@ -36,22 +43,25 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
         if state is None or state.phase == "done":
             raise InputError(
                 "--resume: there is no unfinished run to resume; "
-                "start one with: sudo mlsetup apply --answers FILE"
+                "start one with: sudo mlsetup apply --answers FILE",
+                kind="state",
             )
         # The run goes on in the environment it started in (the invoking user, proxies,
         # mlsetup's settings), whoever resumes it: at boot, the resume unit has none of it.
         os.environ.update(state.environment)
         text, origin = state.answers_toml, state.answers_path
+        _say_if_edited(origin, text)
     elif args.answers is None:
         raise InputError(
             "apply needs --answers FILE (see assets/answers.example.toml), "
-            "or --resume to continue an interrupted run"
+            "or --resume to continue an interrupted run",
+            kind="usage",
         )
     else:
         text = read_answers(args.answers)
         origin = str(args.answers.resolve())
     if args.facts is not None and not args.dry_run:
-        raise InputError("--facts plans for a recorded machine: it needs --dry-run")
+        raise InputError("--facts plans for a recorded machine: it needs --dry-run", kind="usage")
     return ApplyRequest(
         answers=answers_from_toml(text, origin or "saved answers"),
         answers_toml=text,
@@ -64,15 +74,33 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
     )
 
 
+def _say_if_edited(origin: str | None, saved: str) -> None:
+    """`--resume` after the answers file was edited goes on with the saved answers: say so, and
+    which command would use the edited ones."""
+    if origin is None:
+        return
+    try:
+        now = read_answers(Path(origin))
+    except (InputError, OSError):
+        return  # gone, or unreadable: the saved answers are all there is
+    if now != saved:
+        sys.stderr.write(
+            f"mlsetup: note: {origin} has changed since this run started; --resume goes on "
+            "with the answers it started with. To go on with the edited ones: "
+            f"{answers_command(origin)}\n"
+        )
+
+
 def _check_input(fs: RootFS, request: ApplyRequest) -> None:
     """The facts file and what the answers name on the machine, checked before the engine
     starts: bad input is exit 2 with nothing run and no state written."""
-    if request.facts_file is not None:
-        facts = load_facts(request.facts_file)
-        check_on_machine(choose(facts, request.answers), request.answers, None)
-    else:
-        facts = probe(fs).facts
-        check_on_machine(choose(facts, request.answers), request.answers, fs)
+    with input_kind("answers"):  # what is not the facts file is the answers, on this machine
+        if request.facts_file is not None:
+            facts = load_facts(request.facts_file)
+            check_on_machine(choose(facts, request.answers), request.answers, None)
+        else:
+            facts = probe(fs).facts
+            check_on_machine(choose(facts, request.answers), request.answers, fs)
 
 
 def apply(args: argparse.Namespace) -> int:
@@ -99,6 +127,9 @@ def apply(args: argparse.Namespace) -> int:
     if args.foreground:
         return Engine(fs, request, ConsolePrinter()).run()  # it takes the lock, or exits 4
 
+    def then() -> str:  # what goes on from what is on disk, if this start gets no further
+        return continue_command(Paths(fs), request.answers_toml, request.answers_path)
+
     engine_args = ["--root", str(args.root)] + (
         ["--resume"] if args.resume else ["--answers", request.answers_path or ""]
     )
@@ -114,15 +145,17 @@ def apply(args: argparse.Namespace) -> int:
     except OSError as exc:
         if exc.errno not in NO_SPACE:
             raise
-        raise MlsetupError(no_space_text(str(exc.filename or Paths(fs).state_dir))) from exc
+        full = str(exc.filename or Paths(fs).state_dir)
+        raise MlsetupError(no_space_text(full, then())) from exc
     finally:
         lock.release()
-    return _view(fs, ticket)
+    return _view(fs, ticket, then)
 
 
-def _view(fs: RootFS, ticket: str | None) -> int:
+def _view(fs: RootFS, ticket: str | None, then: Callable[[], str] = lambda: RESUME_COMMAND) -> int:
     """Print the run's events until it ends; the run goes on if this viewer is killed. The
-    engine it follows holds the apply lock its starter handed it (or, attached, its own)."""
+    engine it follows holds the apply lock its starter handed it (or, attached, its own).
+    `then`: the command that goes on if the run is lost."""
 
     def leave(signum: int, _frame: object) -> None:
         sys.stderr.write(
@@ -135,7 +168,7 @@ def _view(fs: RootFS, ticket: str | None) -> int:
         signal.signal(sig, leave)
     # a 20 ms look at the stream: a second apply ends within a fifth of a second of its
     # engine's last event, not half of one (the polls cost nothing next to a build)
-    follower = RunFollower(fs, ticket, lock_handed=True, poll=0.02)
+    follower = RunFollower(fs, ticket, lock_handed=True, then=then, poll=0.02)
     printer = ConsolePrinter()
     for event in follower.events():
         printer(event)

@@ -10,9 +10,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from steps.answers import Answers, load_answers
-from steps.errors import InputError, MlsetupError
+from steps.errors import InputError, MlsetupError, input_kind, refusal
 from steps.facts import Facts, load_facts
 from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
@@ -38,6 +39,7 @@ GLOBAL_DEFAULTS: dict[str, object] = {
 TAKES: dict[str | None, tuple[str, ...]] = {
     None: ("answers", "facts"),  # the wizard
     "plan": ("answers", "facts"),
+    "lock": ("answers", "facts"),
     "apply": ("answers", "facts"),
     "probe": (),
     "attach": (),
@@ -45,8 +47,16 @@ TAKES: dict[str | None, tuple[str, ...]] = {
 }
 
 
-def _global_options(takes: tuple[str, ...]) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+class _Parser(argparse.ArgumentParser):
+    """argparse's, with its usage errors worded as every other exit 2 (errors.refusal)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INPUT, f"mlsetup: input error (usage): {self.prog}: {message}\n")
+
+
+def _global_options(takes: tuple[str, ...]) -> _Parser:
+    common = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument(
         "--root",
         type=Path,
@@ -67,10 +77,10 @@ def _global_options(takes: tuple[str, ...]) -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    def options(command: str | None) -> list[argparse.ArgumentParser]:
+    def options(command: str | None) -> list[_Parser]:
         return [_global_options(TAKES[command])]
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="mlsetup",
         parents=options(None),
         description="Take an Ubuntu/Debian GPU server to a working ML stack: NVIDIA driver, "
@@ -87,6 +97,17 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", parents=options("plan"), help="show what would be done, and why")
     plan.add_argument("--json", action="store_true", help="print the Plan (mlsetup.plan/1)")
+
+    lock = sub.add_parser(
+        "lock",
+        parents=options("lock"),
+        help="resolve the stack now and write its hashed lock (for venv.lock)",
+        description="Resolve torch, the answers' packages and the extensions' build requirements "
+        "for this machine, or with --facts for a recorded one (its Python and platform; metadata "
+        "only, nothing is installed), and write the lock that venv.lock installs on a host.",
+    )
+    lock.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    lock.add_argument("--json", action="store_true", help="print the lock's summary as JSON")
 
     apply = sub.add_parser(
         "apply",
@@ -147,16 +168,48 @@ def _version() -> str:
 
 def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
     if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
+        from steps.venv import lock_for_plan
+
         facts = load_facts(args.facts)
-        return facts, make_plan(facts, answers)
+        lock, why = lock_for_plan(RootFS(args.root), facts, answers, on_machine=False)
+        return facts, make_plan(facts, answers, lock=lock, notes=(why,) if why else ())
     return observe_and_plan(RootFS(args.root), answers, resolve=True)
+
+
+def _lock(args: argparse.Namespace, answers: Answers) -> int:
+    """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
+    from steps.probe import probe
+    from steps.state import write_atomic
+    from steps.venv import lock_ahead
+
+    fs = RootFS(args.root)
+    facts = load_facts(args.facts) if args.facts is not None else probe(fs).facts
+    with input_kind("answers"):  # as for plan: a refused resolution is the answers' packages
+        lock = lock_ahead(fs, facts, answers, on_machine=args.facts is None)
+    try:
+        write_atomic(args.output, lock.file_text(), mode=0o644)
+    except OSError as exc:
+        raise InputError(
+            f"-o {str(args.output)!r}: cannot write the lock: {exc.strerror}", kind="usage"
+        ) from None
+    if args.json:
+        print(json.dumps(lock.summary(), indent=2))
+    else:
+        sources = f"; built from source at apply: {', '.join(lock.sources)}" if lock.sources else ""
+        decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
+        print(
+            f"{args.output}: torch {lock.torch} ({lock.build}) for Python {lock.python} on "
+            f"{lock.platform}{decided}; {len(lock.packages)} packages pinned with hashes, from "
+            f"{lock.index}{sources}"
+        )
+    return 0
 
 
 def run(argv: list[str]) -> int:
     args = parse(argv)
     settings()  # MLSETUP_* are input too: a bad one is exit 2 before anything else
     if not args.root.is_dir():
-        raise InputError(f"--root {str(args.root)!r}: not a directory")
+        raise InputError(f"--root {str(args.root)!r}: not a directory", kind="usage")
     use_root(args.root)  # the operator's recipes are read from under --root
     from app.console import facts_text, plan_text
 
@@ -186,7 +239,10 @@ def run(argv: list[str]) -> int:
 
         return wizard(args)
     answers = load_answers(args.answers)
-    facts, plan = _plan(args, answers)
+    if args.command == "lock":
+        return _lock(args, answers)
+    with input_kind("answers"):  # a refusal of the resolution is one of the answers' packages
+        facts, plan = _plan(args, answers)
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())
     else:
@@ -195,10 +251,18 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    code: int | str | None
     try:
-        code = run(sys.argv[1:] if argv is None else argv)
+        try:
+            code = run(sys.argv[1:] if argv is None else argv)
+        except SystemExit as exc:  # argparse: --help, --version, a usage error
+            code = exc.code
+        # What is still buffered is written here, not at the interpreter's exit, where a reader
+        # that went away would be reported as "Exception ignored ... BrokenPipeError" (a piped
+        # stdout is block-buffered: all of `--help` is written only then).
+        sys.stdout.flush()
     except MlsetupError as exc:
-        print(f"mlsetup: {exc}", file=sys.stderr)
+        print(f"mlsetup: {refusal(exc)}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130

@@ -72,6 +72,7 @@ class ConsolePrinter:
         self.last_print = 0.0
         self.started: dict[str, float] = {}
         self.tail: deque[str] = deque(maxlen=self.TAIL)
+        self.dry_run = False
 
     def _print(self, t: float, text: str, step: str | None = None) -> None:
         if self.t0 is None:
@@ -90,6 +91,7 @@ class ConsolePrinter:
     @__call__.register
     def _run_started(self, event: RunStarted) -> None:
         self.t0 = event.t
+        self.dry_run = event.dry_run
         what = (
             "dry run (nothing is executed)"
             if event.dry_run
@@ -188,4 +190,6 @@ class ConsolePrinter:
 
     @__call__.register
     def _finished(self, event: Finished) -> None:
-        self._print(event.t, f"{event.result}: {event.summary} (exit {event.code})", "")
+        # a dry run's summary says itself that nothing was done: no "done:" before it
+        result = "" if self.dry_run and event.result == "done" else f"{event.result}: "
+        self._print(event.t, f"{result}{event.summary} (exit {event.code})", "")

@@ -24,7 +24,6 @@ from steps.rootfs import RootFS
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 LOG_TAIL = 20  # lines of the engine's own output shown when it did not start
-RESUME = f"continue with: {RESUME_COMMAND}"
 
 
 class RunFollower:
@@ -36,16 +35,19 @@ class RunFollower:
         lock_handed: bool = False,
         cancelled: Callable[[], bool] = lambda: False,
         poll: float = 0.1,
+        then: Callable[[], str] = lambda: RESUME_COMMAND,
     ) -> None:
         """`ticket`: the start to follow (None: the current run, replayed from its start).
         `lock_handed`: the starter handed the engine the apply lock, so a lock nobody holds
         before the run's start means the engine is already gone (else it takes the lock
-        itself when it starts, and only the timeout tells a start that never came)."""
+        itself when it starts, and only the timeout tells a start that never came).
+        `then`: the command that goes on from what is on disk once the run is lost."""
         self.paths = Paths(fs)
         self.ticket = ticket
         self.lock_handed = lock_handed
         self.cancelled = cancelled
         self.poll = poll
+        self.then = then
         self.started = ticket is None  # the run's RunStarted was seen (replay: from the start)
         self.finished: ev.Finished | None = None
 
@@ -82,13 +84,13 @@ class RunFollower:
         """Why the events ended without a Finished event: what happened and what to do."""
         full = self._full_disk()
         if full is not None:  # the engine could not write what it would have said
-            return no_space_text(str(full))
+            return no_space_text(str(full), self.then())
         if not self.started:
             tail = self.engine_log_tail()
             return "the engine did not start; its output:\n" + "\n".join(
                 f"  | {line}" for line in tail
             )
-        return f"the engine stopped without finishing (killed?); {RESUME}"
+        return f"the engine stopped without finishing (killed?); continue with: {self.then()}"
 
     def engine_log_tail(self, lines: int = LOG_TAIL) -> list[str]:
         """The last lines the detached engine wrote outside its event log."""
@@ -113,6 +115,6 @@ class RunFollower:
         return None
 
 
-def no_space_text(path: str) -> str:
-    diagnosis = no_space(path)
+def no_space_text(path: str, then: str | None = None) -> str:
+    diagnosis = no_space(path, then)
     return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"

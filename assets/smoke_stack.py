@@ -1,26 +1,85 @@
 """The stack's smoke test, run with the venv's Python after the lock is installed.
 
-    python smoke_stack.py --torch 2.11.0+cu130 --gpus 1      # what mlsetup runs
+    python smoke_stack.py --torch 2.11.0+cu130 --gpus 1      # what mlsetup runs after the sync
     python smoke_stack.py --cpu                              # gloo on 2 CPU processes
+    python smoke_stack.py --recheck --torch 2.11.0+cu130 --cuda 13.0 --lock requirements.txt \
+        --imports flash_attn                                 # ... and after the last extension
 
 torch must import with exactly the locked version and see every GPU; each GPU runs a matmul
 (checked against float64 on the CPU); with more than one GPU, one process per GPU all-reduces
 over NCCL and must get 1 + 2 + ... + N. Without GPUs the same runs on the CPU: 2 processes,
-gloo. The last line is `MLSETUP_SMOKE {json}`, which mlsetup puts in report.json. Exit 0 only
-when everything passed. Standard library and torch only: it runs in any venv.
+gloo. `--recheck` (after the extensions, whose own smoke tests ran on the GPUs) runs no kernel:
+torch's version and CUDA build, every package of `--lock` at its locked version, and each of
+`--imports` importing. The last line is `MLSETUP_SMOKE {json}`, which mlsetup puts in
+report.json. Exit 0 only when everything passed. Standard library and torch only: it runs in
+any venv.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import json
 import os
+import re
 import socket
 import sys
 import time
 
 MARK = "MLSETUP_SMOKE "
 TIMEOUT_S = 300
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
+
+
+def _moved(lock_file: str) -> list[str]:
+    """Each package of the lock (a requirements file: `name==version` lines) that the venv holds
+    at another version, or not at all."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # the build requirements bring packaging; without it, exact text
+        Version, InvalidVersion = str, ValueError  # type: ignore[misc,assignment]
+    out = []
+    with open(lock_file, encoding="utf-8") as f:
+        pins = [m.groups() for line in f if (m := _PIN.match(line))]
+    for name, locked in pins:
+        try:
+            have = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name} (locked {locked}) is not installed")
+            continue
+        try:
+            same = Version(have) == Version(locked)
+        except InvalidVersion:
+            same = have == locked
+        if not same:
+            out.append(f"{name} is {have}, the lock says {locked}")
+    return out
+
+
+def _recheck(torch, args: argparse.Namespace, result: dict) -> int:
+    """After the extensions: nothing moved, everything imports."""
+    problems = []
+    if args.cuda is not None and (result["cuda"] or "none") != args.cuda:
+        problems.append(f"torch is built for CUDA {result['cuda'] or 'none'}, not {args.cuda}")
+    if args.lock:
+        problems += _moved(args.lock)
+    result["imports"] = {}
+    for name in args.imports:
+        try:
+            importlib.import_module(name)
+            result["imports"][name] = "ok"
+        except Exception as exc:  # reported: the parent says which import failed and why
+            result["imports"][name] = f"{type(exc).__name__}: {exc}"
+            problems.append(f"import {name}: {type(exc).__name__}: {exc}")
+    what = f"torch {torch.__version__} (CUDA {result['cuda'] or 'none'})"
+    if problems:
+        result["summary"] = f"after the extensions, {what}: " + "; ".join(problems)
+        return _done(result)
+    held = ", every locked version held" if args.lock else ""
+    imported = f", {', '.join(args.imports)} import" if args.imports else ""
+    result.update(ok=True, summary=f"after the extensions: {what}{held}{imported}")
+    return _done(result)
 
 
 def _matmul(torch, device: str) -> float:
@@ -93,6 +152,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--torch", default="", help="the locked torch version; '' = any")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs torch must see")
     parser.add_argument("--cpu", action="store_true", help="test on the CPU with gloo")
+    parser.add_argument("--recheck", action="store_true", help="versions and imports only")
+    parser.add_argument("--cuda", default=None, help="torch.version.cuda must be this ('none')")
+    parser.add_argument("--lock", default="", help="a lock whose versions must all hold")
+    parser.add_argument("--imports", nargs="*", default=[], help="modules that must import")
     args = parser.parse_args(argv)
     # count GPUs through NVML: the parent never initialises CUDA
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -103,7 +166,10 @@ def main(argv: list[str]) -> int:
         result["summary"] = f"torch does not import: {type(exc).__name__}: {exc}"
         return _done(result)
     result["torch"] = torch.__version__
-    result["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    try:
+        result["cuda"] = getattr(importlib.import_module("torch.version"), "cuda", None)
+    except Exception:
+        result["cuda"] = None
     # PyPI's own CUDA wheels carry no local tag in their metadata (the lock pins "2.11.0") while
     # torch.__version__ says "2.11.0+cu130" (seen on the H200 image): the tag counts only where
     # the lock has one
@@ -111,6 +177,8 @@ def main(argv: list[str]) -> int:
     if args.torch and found != args.torch:
         result["summary"] = f"torch is {torch.__version__}, the lock says {args.torch}"
         return _done(result)
+    if args.recheck:
+        return _recheck(torch, args, result)
     if getattr(torch, "FAKE", False):  # mlsetup's own test stand-in (tests/pkgindex.py)
         result.update(
             ok=True,

@@ -67,7 +67,9 @@ class ActionRunner:
                 result.exit_code,
                 log_path,
                 what=f"{action.id} failed (exit {result.exit_code})",
-                diagnosis=diagnose(result.tail, result.exit_code, str(log_path)),
+                diagnosis=diagnose(
+                    result.tail, result.exit_code, str(log_path), self.run.req.answers_path
+                ),
                 tail=result.tail,
             )
         self.run.outcome.changed = True

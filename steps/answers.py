@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from steps.errors import InputError, describe_validation_error
+from steps.errors import InputError, describe_validation_error, input_kind
 from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
 from steps.units import GiB, MiB
@@ -241,8 +241,9 @@ class TorchAnswers(_Section):
     )
     index_url: str = Field(
         "auto",
-        description="auto = https://download.pytorch.org/whl/{build}; or a mirror (URL or local "
-        'directory) where "{build}" becomes cu128, cpu, ...',
+        description="auto = PyPI, with https://download.pytorch.org/whl/{build} for the torch "
+        "packages (or the default index configured for uv or pip alone); or a mirror (URL or "
+        'local directory, "{build}" becomes cu128, cpu, ...) that replaces PyPI, never beside it',
     )
 
     @field_validator("version")
@@ -484,6 +485,7 @@ def _toml_value(value: object) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
+@input_kind("answers")
 def answers_from_toml(text: str, origin: str) -> Answers:
     """Answers from TOML text; any problem is an InputError naming the key (or the line)."""
     data = parse_toml(text, origin)
@@ -494,6 +496,7 @@ def answers_from_toml(text: str, origin: str) -> Answers:
         raise InputError(describe_validation_error(origin, exc)) from None
 
 
+@input_kind("answers")
 def read_answers(path: Path) -> str:
     """The text of an answers file (bounded, regular, UTF-8: steps.inputs)."""
     return read_input(path, "answers file")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import NoReturn
 
 from steps.answers import Answers
 from steps.choices import Choices
-from steps.diagnose import Diagnosis
+from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.events import EventSink
 from steps.facts import Facts, load_facts
 from steps.lock import Lock
@@ -25,7 +26,7 @@ from steps.probe import probe
 from steps.report import Failure, Outcome, RunResult
 from steps.rootfs import RootFS
 from steps.runner import Runner
-from steps.state import State, save_state
+from steps.state import State, peek_state, save_state
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -37,6 +38,20 @@ def naming(exc: OSError, path: Path | None) -> OSError:
 
 
 RESUME_COMMAND = "sudo mlsetup apply --resume"
+
+
+def continue_command(paths: Paths, answers_toml: str, answers_path: str | None) -> str:
+    """The command that goes on from what is on disk now, after a run that could not save
+    (a full disk) or was lost: `--resume` when the state there is this run's and unfinished
+    (every write is atomic: a failed one leaves the last complete state); otherwise (none was
+    written yet, or it is a finished run's or another run's) a new apply with these answers,
+    which starts from what is already done."""
+    saved = peek_state(paths.state)
+    if saved is not None and saved.phase != "done" and saved.answers_toml == answers_toml:
+        return RESUME_COMMAND
+    return f"sudo mlsetup apply --answers {shlex.quote(answers_path) if answers_path else 'FILE'}"
+
+
 DPKG_LOCK_TIMEOUT = 600.0
 INTERRUPTED_WAIT = 600.0
 
@@ -116,12 +131,7 @@ class ApplyRun:
         code: int = EXIT_FAILED,
     ) -> NoReturn:
         why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
-        where = f" ({log_path})" if log_path else ""
-        nxt = (
-            diagnosis.next
-            if diagnosis
-            else (f"Read the log{where}, fix the cause, then: {RESUME_COMMAND}")
-        )
+        nxt = diagnosis.next if diagnosis else self._next(log_path)
         self.outcome.failure = Failure(
             step=step,
             action=action.id if action else None,
@@ -132,6 +142,7 @@ class ApplyRun:
             next=nxt,
             diagnosis=diagnosis.id if diagnosis else None,
             last_output=(tail or [])[-20:],
+            url=failed_url(tail or [], action.argv if action else None),
         )
         self.emit(self.outcome.failure.event())
         log.info(
@@ -145,6 +156,21 @@ class ApplyRun:
         if self.state is not None:
             self.state.phase = "failed"
         raise Stopped(code, what)
+
+    def _next(self, log_path: Path | None) -> str:
+        """The next step of a failure no signature knows. `apply --answers FILE` goes on from
+        the answers as they are now (the same ones: the run resumes); `--resume` goes on with
+        those the run started with."""
+        answers = self.req.answers_path
+        if log_path is None:  # the plan found no way: what it said names the answer or the fact
+            return (
+                f"Change what it names (in {answers_file(answers)}, or on this machine), "
+                f"then: {answers_command(answers)}"
+            )
+        return (
+            f"Read the log ({log_path}), fix the cause, then: {RESUME_COMMAND}; or, if the fix "
+            f"is in the answers, edit {answers_file(answers)}, then: {answers_command(answers)}"
+        )
 
 
 Finish = Callable[[int, RunResult, str], int]  # the engine's end of a run: code, result, summary

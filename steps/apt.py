@@ -29,6 +29,7 @@ APT_INSTALL = [
     "Dpkg::Options::=--force-confold",
 ]
 CACHE_DIR = "/var/cache/mlsetup"
+DOWNLOAD_TOOLS = ("ca-certificates", "curl")  # the keyring's download (nvidia_repo_actions)
 
 
 def apt_install(
@@ -44,13 +45,29 @@ def apt_install(
 
 
 def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
-    """Add NVIDIA's CUDA repo (keyring for this distro and arch); None if it has none."""
+    """Add NVIDIA's CUDA repo (keyring for this distro and arch); None if it has none.
+
+    It brings what it runs: the keyring comes over HTTPS with curl, which a bare Debian or
+    Ubuntu (a minimal image, a container) lacks, and the packages come fresh from lists just
+    refreshed. Whichever step sets the repo up first (the driver's, else the toolkit's) runs
+    these; the same ids in a later plan are done already (steps.planner)."""
     repo = knowledge().repo
     base = repo.url_for(facts.os.id, facts.os.version_id, facts.os.arch)
     if base is None:
         return None
     keyring = f"{CACHE_DIR}/{repo.keyring_package}"
     return [
+        Action(
+            id="nvidia-repo.apt-update",
+            title="Refresh package lists",
+            argv=["apt-get", "update"],
+            env=dict(APT_ENV),
+        ),
+        apt_install(
+            "nvidia-repo.tools",
+            "Install what fetches NVIDIA's keyring (ca-certificates, curl)",
+            list(DOWNLOAD_TOOLS),
+        ),
         Action(
             id="nvidia-repo.keyring-download",
             title="Download NVIDIA's CUDA repository keyring",

@@ -18,7 +18,7 @@ from steps.answers import Answers, ExtensionAnswers, unsafe_directory
 from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
-from steps.lock import Lock, build_of, platform_for
+from steps.lock import Lock, cuda_of_pins, platform_for
 from steps.rootfs import RootFS
 from steps.units import GiB, gib
 from steps.warnings import machine_warnings
@@ -71,6 +71,7 @@ class Choices:
     python: str = "3.12"  # the venv's Python, major.minor
     python_system: bool = True  # the machine has it (else uv downloads it)
     lock: Lock | None = None  # the resolved stack; None = planned from knowledge
+    python_reason: str = ""  # why that Python, when "auto" chose one the machine lacks
 
     @property
     def venv_python(self) -> str:
@@ -99,8 +100,8 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
         requirement = release.requirement
     else:
         requirement = "torch"
-    python, python_system = (
-        (lock.python, _has_python(facts, lock.python))
+    python = (
+        PythonChoice(lock.python, _has_python(facts, lock.python), lock.python_reason)
         if lock
         else choose_python(facts, answers, release)
     )
@@ -138,9 +139,10 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
         venv_path=path,
         build_targets=targets,
         warnings=tuple(warnings),
-        python=python,
-        python_system=python_system,
+        python=python.version,
+        python_system=python.system,
         lock=lock,
+        python_reason=python.reason,
     )
 
 
@@ -153,9 +155,23 @@ def _has_python(facts: Facts, version: str) -> bool:
     return any(".".join(p.version.split(".")[:2]) == version for p in facts.pythons)
 
 
-def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) -> tuple[str, bool]:
-    """The venv's Python and whether the machine has it. "auto": the system Python when the
-    torch release has wheels for it, else the newest the release has (uv downloads that one)."""
+@dataclass(frozen=True)
+class PythonChoice:
+    """The venv's Python: `version` (major.minor), whether the machine has it, why (when
+    "auto" chose one it lacks), and the `candidates` a resolution may pick from instead (the
+    first of them every package of the stack has a wheel for)."""
+
+    version: str
+    system: bool
+    reason: str = ""
+    candidates: tuple[str, ...] = ()
+
+
+def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) -> PythonChoice:
+    """The venv's Python. "auto": the system Python when the torch release has wheels for it;
+    else one uv downloads: the Pythons the release supports in the order the ecosystem's wheels
+    cover them (assets/pythons.toml), the first of them until a resolution says which one the
+    whole stack installs from wheels for."""
     wanted = answers.venv.python
     supported = release.pythons if release else ()
     if wanted != "auto":
@@ -164,16 +180,32 @@ def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) 
                 f"venv.python = {wanted!r}: torch {release.series if release else ''} has no "
                 f'wheels for Python {wanted}; allowed: {", ".join(supported)} (or "auto")'
             )
-        return wanted, _has_python(facts, wanted)
+        return PythonChoice(wanted, _has_python(facts, wanted))
     system = sorted(
         {".".join(p.version.split(".")[:2]) for p in facts.pythons}, key=Version, reverse=True
     )
     for version in system:
         if not supported or version in supported:
-            return version, True
-    if supported:
-        return max(supported, key=Version), False
-    return "3.12", False
+            return PythonChoice(version, True)
+    coverage = knowledge().pythons
+    candidates = tuple(p for p in coverage if not supported or p in supported)
+    if not candidates:
+        candidates = tuple(sorted(supported, key=Version, reverse=True)) or (coverage[0],)
+    have = ", ".join(system) or "none"
+    torch = f"torch {release.series}" if release else "torch"
+    return PythonChoice(
+        candidates[0],
+        False,
+        f"{torch} has no wheels for the system's Python ({have}); of those it has, "
+        f"{candidates[0]} is the one most packages have wheels for",
+        candidates,
+    )
+
+
+def python_choice(facts: Facts, answers: Answers) -> PythonChoice:
+    """The venv's Python for the torch release the knowledge picks (choose_python)."""
+    _, release = _choose_torch(facts, answers, [])
+    return choose_python(facts, answers, release)
 
 
 def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
@@ -208,15 +240,26 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
     if wanted != "auto" and wanted != lock.python:
         out.append(f"it is for Python {lock.python}; venv.python is {wanted!r}")
     elif wanted == "auto" and not _has_python(facts, lock.python):
-        have = ", ".join(p.version for p in facts.pythons) or "none"
-        out.append(
-            f"it is for Python {lock.python}; this machine has {have} (set venv.python "
-            f'= "{lock.python}" to let uv download it)'
-        )
+        # auto keeps a Python the system has when the lock's torch supports it
+        release = release_of(lock.torch)
+        system = [".".join(p.version.split(".")[:2]) for p in facts.pythons]
+        if release is None or any(v in release.pythons for v in system):
+            have = ", ".join(p.version for p in facts.pythons) or "none"
+            out.append(
+                f"it is for Python {lock.python}; this machine has {have} (set venv.python "
+                f'= "{lock.python}" to let uv download it)'
+            )
     if lock.build not in k.torch.build_names:
         out.append(f"its torch build {lock.build!r} is not one mlsetup knows")
         return out
     build = k.torch.build(lock.build)
+    if build.cuda and not facts.gpus:
+        runtime = cuda_of_pins(lock.packages)
+        wheel = f" (its wheel requires {runtime[1]})" if runtime else ""
+        out.append(
+            f"its torch {lock.torch} is the CUDA {build.cuda} build{wheel}; this machine has no "
+            "NVIDIA GPU"
+        )
     bad = [cc for cc in facts.compute_capabilities if not build.runs_on(cc)]
     if bad:
         out.append(
@@ -235,18 +278,18 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
             f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
             f"{drv.cuda_max} and driver.action is skip"
         )
+    if lock.sources and _owner(facts, answers).run_as is None:
+        out.append(
+            f"{', '.join(lock.sources)} {'has' if len(lock.sources) == 1 else 'have'} no wheel, "
+            "only source, and the venv is root's: mlsetup never runs a package's build as root "
+            "(set venv.user to an ordinary account)"
+        )
     spec = answers.torch.version
     if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
         out.append(f"its torch is {lock.torch}; torch.version is {spec!r}")
     if answers.torch.cuda not in ("auto", lock.build):
         out.append(f"its torch is the {lock.build} build; torch.cuda is {answers.torch.cuda!r}")
     return out
-
-
-def locked_build(torch_version: str) -> str:
-    """The build of a torch version as a lock holds it."""
-    release = release_of(torch_version)
-    return build_of(torch_version, release.pypi_cuda if release else None)
 
 
 def _same_major(a: str, b: str) -> bool:
@@ -281,9 +324,13 @@ def _choose_torch(
         ccs = facts.compute_capabilities
         bad = [cc for cc in ccs if not k.torch.build(build).runs_on(cc, facts.os.arch)]
         if bad:
-            warnings.append(
-                f"torch's {build} build has no kernels for compute capability {', '.join(bad)}: "
-                "torch will not run on those GPUs."
+            # a torch that cannot run on the GPUs is no choice on a GPU box: only "cpu" says so
+            runs = _builds_that_run(facts, releases or list(k.torch.releases))
+            raise InputError(
+                f"torch.cuda = {show_value(build)}: torch's {build} build has no kernels for "
+                f"{_gpus_of(facts, bad)}, so torch could not use them; allowed: "
+                + ", ".join(show_value(b) for b in ["auto", *runs])
+                + ' or "cpu" (torch on the CPU only)'
             )
     release = next((r for r in releases if build in r.builds or build == "cpu"), None)
     return build, release
@@ -305,10 +352,8 @@ def _auto_build(
         if gpu_ok:
             break
     if not gpu_ok:
-        warnings.append(
-            f"no torch build runs on compute capability {', '.join(ccs)}; using the CPU build."
-        )
-        return "cpu"
+        # never a silent CPU torch on a GPU box: say what would run (torch.toml's builds)
+        raise InputError(_no_build_runs(facts, answers))
     drv = facts.driver
     if drv and drv.loaded and answers.driver.action != "install":
         # Prefer a build the driver runs natively; minor-version compatibility is the fallback.
@@ -331,6 +376,62 @@ def _auto_build(
     branch_cuda = k.cuda.newest_supported_by_branch(branch)
     fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, _cuda(b))]
     return (fits or gpu_ok)[0]
+
+
+def _builds_that_run(facts: Facts, releases: list[TorchRelease]) -> list[str]:
+    """The CUDA builds of `releases` with kernels for every GPU here, oldest CUDA first."""
+    k = knowledge()
+    names = {b for r in releases for b in r.builds}
+    return sorted(
+        (
+            b
+            for b in names
+            if all(k.torch.build(b).runs_on(cc, facts.os.arch) for cc in facts.compute_capabilities)
+        ),
+        key=lambda b: Version(_cuda(b)),
+    )
+
+
+def _no_build_runs(facts: Facts, answers: Answers) -> str:
+    """Why no CUDA torch fits these GPUs (and torch.version or venv.python), and what would:
+    the newest release mlsetup knows with a build for them, else only the CPU build."""
+    gpus = _gpus_of(facts, facts.compute_capabilities)
+    on = f"{gpus} on {facts.os.arch}" if facts.os.arch == "aarch64" else gpus
+    newest = next((r for r in knowledge().torch.releases if _builds_that_run(facts, [r])), None)
+    cpu = 'torch.cuda = "cpu" (torch on the CPU only)'
+    if newest is None:
+        return f'torch.cuda = "auto": no torch build mlsetup knows runs on {on}; allowed: {cpu}'
+    builds = ", ".join(_builds_that_run(facts, [newest]))
+    has = f"the newest torch with one is {newest.series} ({builds})"
+    if answers.torch.version != "auto":
+        return (
+            f"torch.version = {show_value(answers.torch.version)}: no CUDA build of that "
+            f"torch runs on {on}; {has}; allowed: a torch.version it matches, such as "
+            f'"=={newest.series}.*", or {cpu}'
+        )
+    # torch.version auto: only the releases with wheels for the venv's Python were candidates
+    return (
+        f"venv.python = {show_value(answers.venv.python)}: no torch release with wheels for "
+        f"it has a CUDA build that runs on {on}; {has}, for Python "
+        f"{', '.join(newest.pythons)}; allowed: one of those, or {cpu}"
+    )
+
+
+def _gpu_count(facts: Facts, ccs: list[str]) -> int:
+    return sum(1 for g in facts.gpus if g.compute_capability in ccs)
+
+
+def _gpus_of(facts: Facts, ccs: list[str]) -> str:
+    """'8 GPUs (Tesla V100-SXM2-32GB, compute capability 7.0)' for the GPUs with these."""
+    kinds: dict[tuple[str, str], int] = {}
+    for g in facts.gpus:
+        if g.compute_capability in ccs:
+            kind = (g.name or "unknown", g.compute_capability)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(
+        f"{n} GPU{'s' if n > 1 else ''} ({name}, compute capability {cc})"
+        for (name, cc), n in kinds.items()
+    )
 
 
 def _cuda(build: str) -> str:
@@ -416,10 +517,13 @@ def _driver_target(
         modules = "proprietary" if any(cc < open_min for cc in ccs) else "open"
     else:
         modules = answers.driver.modules
-        if modules == "open" and any(cc < open_min for cc in ccs):
-            warnings.append(
-                "driver.modules is open, but GPUs older than Turing (compute capability < 7.5) "
-                "work only with the proprietary modules."
+        old = [cc for cc in facts.compute_capabilities if Version(cc) < open_min]
+        if modules == "open" and old:
+            raise InputError(
+                f'driver.modules = "open": {_gpus_of(facts, old)} '
+                f"{'is' if _gpu_count(facts, old) == 1 else 'are'} older than Turing (compute "
+                f"capability {open_min}) and work only with the proprietary kernel modules; "
+                'allowed: "auto" or "proprietary"'
             )
         need_open = [
             g

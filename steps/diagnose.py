@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from functools import cache
 
@@ -39,29 +40,79 @@ def _signatures() -> tuple[_Signature, ...]:
     return tuple(out)
 
 
-def _fill(template: str, match: re.Match[str], log: str) -> str:
-    out = template.replace("{log}", log)
-    for i, group in enumerate(match.groups(), 1):
+def answers_command(answers: str | None) -> str:
+    """The command that goes on after the answers file `answers` was edited: `apply --answers`
+    re-plans from it (the same answers as the unfinished run's: that run resumes). `--resume`
+    would go on with the answers the run saved when it started."""
+    return f"sudo mlsetup apply --answers {shlex.quote(answers) if answers else 'FILE'}"
+
+
+def answers_file(answers: str | None) -> str:
+    """The run's answers file as a next step names it."""
+    return shlex.quote(answers) if answers else "the answers file"
+
+
+def fill(template: str, log: str, answers: str | None, groups: tuple[str | None, ...] = ()) -> str:
+    """A signature's text for one failure: {log} its log file, {answers} the run's answers
+    file, {apply_answers} the command that re-plans from it, {1}, {2} the pattern's groups."""
+    out = (
+        template.replace("{log}", log)
+        .replace("{answers}", answers_file(answers))
+        .replace("{apply_answers}", answers_command(answers))
+    )
+    for i, group in enumerate(groups, 1):
         out = out.replace(f"{{{i}}}", group or "?")
     return out
 
 
-def diagnose(lines: list[str], exit_code: int | None, log: str) -> Diagnosis | None:
-    """The first signature (in the file's order) found in the output, or None."""
+def diagnose(
+    lines: list[str], exit_code: int | None, log: str, answers: str | None = None
+) -> Diagnosis | None:
+    """The first signature (in the file's order) found in the output, or None. `answers`: the
+    run's answers file, which the next step may say to edit."""
     text = "\n".join(lines)
     for sig in _signatures():
         match = sig.search(text)
         if match:
-            return Diagnosis(sig.id, _fill(sig.why, match, log), _fill(sig.next, match, log))
+            groups = match.groups()
+            return Diagnosis(
+                sig.id, fill(sig.why, log, answers, groups), fill(sig.next, log, answers, groups)
+            )
     if exit_code in OOM_EXIT_CODES:
         sig = next(s for s in _signatures() if s.id == "out-of-memory")
-        return Diagnosis(sig.id, sig.why, sig.next.replace("{log}", log))
+        return Diagnosis(sig.id, sig.why, fill(sig.next, log, answers))
     return None
 
 
-def no_space(path: str) -> Diagnosis:
+# Where a download's output names what it could not fetch: uv ("Failed to fetch: URL", "error
+# sending request for url (URL)"), apt ("E: Failed to fetch URL  404"), pip ("Could not fetch URL
+# URL"). curl names only the host: its URL is the one in its argv.
+FAILED_URL = re.compile(
+    r"(?:Failed to (?:fetch|download)|error sending request for url|Could not fetch URL)"
+    r"[:\s(`'\"]*((?:https?|file)://[^\s`'\")]+)"
+)
+DOWNLOADERS = ("curl", "wget")
+
+
+def failed_url(lines: list[str], argv: list[str] | None = None) -> str | None:
+    """The URL a failed action could not fetch: the last one its output names, else the one
+    URL a download command (curl) was given (it names the host, not the URL), else None."""
+    for line in reversed(lines):
+        if match := FAILED_URL.search(line):
+            return match.group(1).rstrip(".,:;")
+    if not argv or os.path.basename(argv[0]) not in DOWNLOADERS:
+        return None
+    urls = [a for a in argv if a.startswith(("https://", "http://"))]
+    return urls[0] if len(urls) == 1 else None
+
+
+def no_space(path: str, then: str | None = None) -> Diagnosis:
     """The "no-space" diagnosis for a write of mlsetup's own (state, logs, report) that found
-    the disk holding `path` full, with where to look first."""
+    the disk holding `path` full, with where to look first. `then`: the command that goes on
+    once there is room, in place of the signature's `--resume` (which needs a saved run)."""
+    from steps.applyrun import RESUME_COMMAND  # here: applyrun imports this module
+
     sig = next(s for s in _signatures() if s.id == "no-space")
     where = path if os.path.isdir(path) else os.path.dirname(path) or path
-    return Diagnosis(sig.id, sig.why, f"df -h {where}; {sig.next}")
+    nxt = sig.next if then is None else sig.next.replace(RESUME_COMMAND, then)
+    return Diagnosis(sig.id, sig.why, f"df -h {where}; {nxt}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from steps.answers import Answers
-from steps.apt import APT_ENV, apt_install, no_repo_reason, nvidia_repo_actions
+from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
 from steps.choices import Choices
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR, knowledge
@@ -36,21 +36,18 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
         return pending("driver", no_repo_reason(facts), [])
 
     pin, package = knowledge().repo.driver_packages(choices.driver_branch, choices.driver_modules)
-    prerequisites = ["ca-certificates", "curl"]
+    # the repo's first two actions refresh the lists and install its download tools; DKMS
+    # builds the module against the running kernel's headers, from the lists just refreshed
+    actions = repo[:2]
     if facts.kernel.headers_installed is not True and facts.kernel.release:
-        prerequisites.append(f"linux-headers-{facts.kernel.release}")
-    actions = [
-        Action(
-            id="driver.apt-update",
-            title="Refresh package lists",
-            argv=["apt-get", "update"],
-            env=dict(APT_ENV),
-        ),
-        apt_install(
-            "driver.prerequisites", "Install download tools and kernel headers", prerequisites
-        ),
-        *repo,
-    ]
+        actions.append(
+            apt_install(
+                "driver.prerequisites",
+                "Install the running kernel's headers (DKMS builds the module against them)",
+                [f"linux-headers-{facts.kernel.release}"],
+            )
+        )
+    actions += repo[2:]
     if facts.nouveau_loaded:
         actions += [
             Action(

@@ -35,6 +35,7 @@ from steps.applyrun import (
     ApplyRequest,
     ApplyRun,
     Stopped,
+    continue_command,
     naming,
 )
 from steps.builds import ExtensionBuilds, is_build
@@ -54,12 +55,14 @@ from steps.events import (
     StepSatisfied,
     StepStarted,
 )
+from steps.extensions import installs_wheel
 from steps.facts import Facts
+from steps.frozen import FrozenStack
 from steps.orphans import end_orphaned_build
 from steps.plan import STEP_ORDER, Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.reboot import RebootResume
-from steps.report import Failure, RunResult, make_report, write_report
+from steps.report import Failure, RunResult, dry_run_summary, make_report, write_report
 from steps.rootfs import RootFS
 from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
@@ -82,6 +85,7 @@ class Engine:
         self.reboots = RebootResume(self.apply_run, self.actions, self._finish)
         self.builds = ExtensionBuilds(self.apply_run)
         self.stack = StackSettler(self.apply_run, self.actions)
+        self.frozen = FrozenStack(self.apply_run, self.actions)
         self.plan: Plan | None = None
         self._event_log: EventLog | None = None
         self._events: Path | None = None
@@ -159,11 +163,14 @@ class Engine:
             if stop.summary is None:
                 return stop.code
             return self._finish(stop.code, "failed", stop.summary)
-        venv = self.apply_run.choices.venv_path
+        choices = self.apply_run.choices
+        if self.req.dry_run:
+            summary = dry_run_summary(self.plan, choices, self.req.answers_path)
+            return self._finish(EXIT_OK, "done", summary)
         return self._finish(
             EXIT_OK,
             "done",
-            f"every step is satisfied; use the venv with: source {venv}/bin/activate",
+            f"every step is satisfied; use the venv with: source {choices.venv_path}/bin/activate",
         )
 
     def _start(self) -> None:
@@ -256,6 +263,8 @@ class Engine:
                 facts, plan = self._plan()
                 # this step's decisions, made once
                 self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
+            if name == STEP_ORDER[0] and not self.req.dry_run:
+                self.frozen.before_run()  # exit 2 before anything for a wheel needing another torch
             step = plan.step(name)
             if step.status == "satisfied":
                 log.info("%s: satisfied: %s", name, step.reason)
@@ -271,6 +280,7 @@ class Engine:
             )
             if name == "extensions" and not self.req.dry_run:
                 self.builds.prepare_build_trees()
+                self.frozen.before_step(step)  # exit 2 before a wheel that needs another torch
             for action in step.actions:
                 self._run_one(name, action, facts)
             if not self.req.dry_run:
@@ -287,11 +297,12 @@ class Engine:
             )
             return
         build = is_build(action)
-        result = self.actions.run_action(step, action, self.builds.compile if build else None)
+        if installs_wheel(action) and not self.req.dry_run:
+            self.frozen.before_install(action)  # it fits the lock; its hash is pinned
+        execute = self.builds.compile if build else self.stack.recorder(action)
+        result = self.actions.run_action(step, action, execute)
         if result is not None and build:
             self.builds.publish(action)
-        if result is not None and action.id == "venv.smoke":
-            self.stack.smoke_result(result)
         if action.reboot_after:
             self.reboots.reboot(action, facts)
 
@@ -314,11 +325,13 @@ class Engine:
 
     def _no_space(self, exc: OSError) -> int:
         """A state, log or report write found its disk full. The state file is still the last
-        complete one (every write is atomic), so the resume goes on from there; this says so
-        through whatever can still be written (the console of a foreground engine)."""
+        complete one (every write is atomic), so the run goes on from there (continue_command
+        says how); this says so through whatever can still be written (the console of a
+        foreground engine)."""
         run = self.apply_run
         where = str(exc.filename or run.paths.state)
-        diagnosis = no_space(where)
+        then = continue_command(run.paths, self.req.answers_toml, self.req.answers_path)
+        diagnosis = no_space(where, then)
         what = f"no space left on the device to write {where}"
         run.outcome.failure = Failure(
             step=run.step,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -14,10 +17,41 @@ class MlsetupError(Exception):
     exit_code = 1
 
 
+# Which input an exit 2 refused: the answers file, a facts file, the command line, the saved
+# state (--resume with nothing to resume, an unusable state file), the MLSETUP_* environment,
+# an extension recipe; "input" where the refusing code does not know.
+InputKind = Literal["answers", "facts", "usage", "state", "settings", "recipes", "input"]
+
+
 class InputError(MlsetupError):
-    """Invalid answers, facts or usage: nothing was run (exit 2)."""
+    """Invalid input: nothing was run (exit 2). `kind` says which input; the CLI prints it as
+    a stable prefix (`refusal`), so that a script tells the answers from the rest."""
 
     exit_code = 2
+
+    def __init__(self, message: str, kind: InputKind = "input") -> None:
+        super().__init__(message)
+        self.kind: InputKind = kind
+
+
+@contextmanager
+def input_kind(kind: InputKind) -> Iterator[None]:
+    """An InputError raised inside (a function, as a decorator) refused input of `kind`,
+    unless code nearer to it already said which (a recipe read while checking the answers)."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.kind == "input":
+            exc.kind = kind
+        raise
+
+
+def refusal(exc: MlsetupError) -> str:
+    """What the CLI prints after "mlsetup: ". An exit 2 starts with "input error (KIND): ", a
+    contract as the exit code is (the Ansible role reads KIND)."""
+    if isinstance(exc, InputError):
+        return f"input error ({exc.kind}): {exc}"
+    return str(exc)
 
 
 class NeedsRootError(MlsetupError):

@@ -130,6 +130,10 @@ class MemorySample(Event):
     jobs_running: int
     jobs_allowed: int
     jobs_frozen: int
+    # the build's own RSS and the most the governor lets it hold (build.memory_limit, or all
+    # but the reserve): the one budget the wizard's gauge draws; None in older event logs
+    build_bytes: int | None = None
+    budget_bytes: int | None = None
 
 
 @_event

@@ -5,16 +5,25 @@ GPUs (the machine's cache or the fleet's wheelhouse) when there is one. Otherwis
 unpacked into a persistent build tree, compiled into a wheel there (`pip wheel`, without build
 isolation so the build sees the venv's torch), published to the cache, and installed; a build
 that is retried, or resumed after a kill, finds its compiled objects where it left them.
+
+After the venv step's sync, torch is frozen: every install here (the build requirements, each
+wheel) names exactly what it installs (--no-deps), at the lock's versions and hashes (the lock
+as a constraint), and a wheel's own requirements and hash are checked by root before it goes in
+(steps.frozen). The last action checks the stack again: torch, the lock, every import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from steps.answers import Answers
 from steps.buildtools import ninja_path, tool_env
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
+from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, configured, index_args
 from steps.plan import Action, Step, pending, satisfied
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
@@ -100,7 +109,11 @@ PIP_DOWNLOAD = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--no-bu
 
 
 def _actions(
-    target: BuildTarget, choices: Choices, venv: VenvState | None, wheels: Mapping[str, str]
+    target: BuildTarget,
+    answers: Answers,
+    choices: Choices,
+    venv: VenvState | None,
+    wheels: Mapping[str, str],
 ) -> list[Action]:
     """A wheel built earlier for exactly this target, installed; else (where the answers let
     it) the source fetched, unpacked and compiled; either way followed by the smoke test."""
@@ -122,29 +135,98 @@ def _actions(
     if key is not None and key in wheels:
         install = Action(
             id=f"extensions.{name}.install-wheel",
-            title=f"Install {name} {answer.version} from the wheel built earlier ({key})",
-            argv=_install_argv(py, wheels[key], f"{recipe.package}=={answer.version}"),
+            title=f"Install {name} {answer.version} from the wheel built earlier ({key}), "
+            "exactly as checked against the lock",
+            argv=_install_argv(py, wheels[key], recipe.package, answer.version, choices.lock),
             user=user,
         )
         return [install, *smoke]
     if answer.source == "wheel":
         return []  # no wheel built earlier, and the answers forbid compiling: see plan()
-    return [*_compile_actions(target, choices), *smoke]
+    return [*_compile_actions(target, answers, choices), *smoke]
 
 
-def _install_argv(py: str, wheels: str, pinned: str) -> list[str]:
-    return ["uv", "pip", "install", "--python", py, "--find-links", wheels, pinned]
+# Every install after the sync names all it installs: what a named package requires must be in
+# the venv already, from the lock (steps.frozen refuses a wheel whose requirements it is not).
+UV_INSTALL = ["uv", "pip", "install", "--no-config", "--no-deps"]
 
 
-def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
+# The sdists the extensions step downloads, with the hashes their index publishes: what uv
+# resolves for them (metadata only) before the step, kept beside the lock (steps.frozen).
+SOURCES = f"{SHARED_DIR}/sources.txt"
+
+
+def wheel_pin(package: str, version: str) -> str:
+    """The constraint file, beside the lock, in which root pins the hash of the wheel it read
+    (steps.frozen) before that wheel is installed."""
+    return f"{SHARED_DIR}/{canonicalize_name(package)}-{version}.wheel.txt"
+
+
+def installs_wheel(action: Action) -> bool:
+    """An extension's wheel going into the venv: built here, or built earlier."""
+    return action.id.startswith("extensions.") and action.id.endswith(
+        (".install", ".install-wheel")
+    )
+
+
+def _install_argv(py: str, wheels: str, package: str, version: str, lock: Lock | None) -> list[str]:
+    return [
+        *UV_INSTALL,
+        "--python",
+        py,
+        "--no-index",
+        "--require-hashes",
+        *(["--constraint", SHARED_LOCK] if lock else []),
+        "--constraint",
+        wheel_pin(package, version),
+        "--find-links",
+        wheels,
+        f"{package}=={version}",
+    ]
+
+
+def build_requirements(target: BuildTarget) -> list[str]:
+    """The canonical names of what the build needs in the venv (pip runs it)."""
+    return [canonicalize_name(Requirement(r).name) for r in ("pip", *target.recipe.build_requires)]
+
+
+def _prerequisites_argv(
+    target: BuildTarget, answers: Answers, choices: Choices, py: str
+) -> list[str]:
+    """The build requirements from the lock: its versions, its hashes (all were resolved with
+    the stack). Without a lock (planned from knowledge, or a venv kept unlocked) by name."""
+    lock = choices.lock
+    names = build_requirements(target)
+    if lock is None:
+        return [
+            *UV_INSTALL,
+            "--python",
+            py,
+            *index_args(answers, choices.torch_build, configured()),
+            *names,
+        ]
+    pins = [f"{n}=={lock.packages[n]}" if n in lock.packages else n for n in names]
+    return [
+        *UV_INSTALL,
+        "--python",
+        py,
+        *index_args(answers, lock.build, configured()),
+        "--require-hashes",
+        "--constraint",
+        SHARED_LOCK,
+        *pins,
+    ]
+
+
+def _compile_actions(target: BuildTarget, answers: Answers, choices: Choices) -> list[Action]:
     recipe, answer = target.recipe, target.answer
     name, version = answer.name, answer.version
     py, user = choices.venv_python, choices.owner.run_as
     tree = build_dir(name, version)
     prerequisites = Action(
         id=f"extensions.{name}.prerequisites",
-        title=f"Install {name}'s build requirements",
-        argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
+        title=f"Install {name}'s build requirements from the lock",
+        argv=_prerequisites_argv(target, answers, choices, py),
         user=user,
     )
     fetch, source = _source_actions(target, py, user, tree)
@@ -159,8 +241,8 @@ def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
     )
     install = Action(
         id=f"extensions.{name}.install",
-        title=f"Install the {name} wheel just built",
-        argv=_install_argv(py, f"{tree}/wheels", f"{recipe.package}=={version}"),
+        title=f"Install the {name} wheel just built, exactly as checked against the lock",
+        argv=_install_argv(py, f"{tree}/wheels", recipe.package, version, choices.lock),
         user=user,
     )
     return [prerequisites, *fetch, build, install]
@@ -182,9 +264,19 @@ def _source_actions(
         actions.append(
             Action(
                 id=f"extensions.{name}.source",
-                title=f"Download {name} {version}'s source",
+                title=f"Download {name} {version}'s source, by the hash its index publishes",
                 # the sdist's metadata step imports torch: no build isolation here either
-                argv=[py, "-m", *PIP_DOWNLOAD, "--dest", archive, requirement],
+                argv=[
+                    py,
+                    "-m",
+                    *PIP_DOWNLOAD,
+                    "--require-hashes",
+                    "--constraint",
+                    SOURCES,
+                    "--dest",
+                    archive,
+                    requirement,
+                ],
                 user=user,
             )
         )
@@ -195,6 +287,36 @@ def _source_actions(
         user=user,
     )
     return [*actions, unpack], source
+
+
+STACK_CHECK = "extensions.stack-check"
+
+
+def stack_check(choices: Choices, venv: VenvState | None) -> Action:
+    """After the last extension: torch is still the locked one (version and build), every
+    package still at the lock's version, and every extension imports (assets/smoke_stack.py;
+    the GPUs were tried after the sync and by each extension's own smoke test)."""
+    lock = choices.lock
+    torch = lock.torch if lock else (venv.version_of("torch") if venv else None) or ""
+    imports = [t.recipe.import_name for t in choices.build_targets]
+    return Action(
+        id=STACK_CHECK,
+        title=f"Check the stack after the extensions: torch {torch or '(as installed)'} "
+        f"({choices.torch_build}){', every locked version' if lock else ''}, "
+        f"import {', '.join(imports)}",
+        argv=[
+            choices.venv_python,
+            SMOKE_SCRIPT,
+            "--recheck",
+            *(["--torch", torch] if torch else []),
+            "--cuda",
+            choices.cuda or "none",
+            *(["--lock", SHARED_LOCK] if lock else []),
+            "--imports",
+            *imports,
+        ],
+        user=choices.owner.run_as,
+    )
 
 
 def plan(
@@ -212,7 +334,7 @@ def plan(
         if venv and venv.version_of(target.recipe.package) == target.answer.version:
             done.append(f"{target.recipe.package} {target.answer.version}")
             continue
-        todo = _actions(target, choices, venv, wheels)
+        todo = _actions(target, answers, choices, venv, wheels)
         if not todo:
             return pending(
                 "extensions",
@@ -227,6 +349,7 @@ def plan(
         if done:
             return satisfied("extensions", f"already installed: {', '.join(done)}")
         return satisfied("extensions", "nothing to build: see the warnings")
+    actions.append(stack_check(choices, venv))
     built = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
     reused = [a.id.split(".")[1] for a in actions if a.id.endswith(".install-wheel")]
     parts = (

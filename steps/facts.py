@@ -23,7 +23,7 @@ from pydantic import (
     ValidationError,
 )
 
-from steps.errors import InputError, describe_validation_error, show_value
+from steps.errors import InputError, describe_validation_error, input_kind, show_value
 from steps.inputs import parse_json, read_input
 
 FACTS_SCHEMA: Final = "mlsetup.facts/1"
@@ -157,6 +157,7 @@ class Facts(_Strict):
         return next((t for t in self.toolkits if t.version == version), None)
 
 
+@input_kind("facts")
 def facts_from_json(text: str, origin: str) -> Facts:
     """Parse recorded Facts; any problem is an InputError naming the key (or the line)."""
     data = parse_json(text, origin)
@@ -173,6 +174,7 @@ def facts_from_json(text: str, origin: str) -> Facts:
         raise InputError(describe_validation_error(origin, exc)) from None
 
 
+@input_kind("facts")
 def load_facts(path: Path) -> Facts:
     """A recorded machine (`mlsetup probe --json`), read bounded (steps.inputs)."""
     return facts_from_json(read_input(path, "facts file"), str(path))

@@ -245,6 +245,8 @@ class Governor:
                 jobs_running=running,
                 jobs_allowed=self.allowed,
                 jobs_frozen=sum(job.stopped for job in self._tree.jobs.values()),
+                build_bytes=reading.tree_rss,
+                budget_bytes=self.budget,
             )
         )
 

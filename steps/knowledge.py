@@ -16,6 +16,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from steps.errors import input_kind
 from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
 from steps.settings import settings
 from steps.units import MiB
@@ -31,7 +32,7 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 ASSETS_DIR = Path(str(resources.files("assets")))
 
 
-__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "use_root"]
+__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "machine_root", "use_root"]
 
 
 def load_asset(name: str) -> dict:
@@ -231,10 +232,16 @@ class Knowledge:
     repo: NvidiaRepo
     torch: TorchKnowledge
     extensions: dict[str, ExtensionRecipe]
+    pythons: tuple[str, ...]  # CPython versions, the most widely covered by wheels first
 
 
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
 _root = Path("/")
+
+
+def machine_root() -> Path:
+    """The machine's / as the CLI was told it (--root)."""
+    return _root
 
 
 def use_root(root: Path) -> None:
@@ -245,6 +252,7 @@ def use_root(root: Path) -> None:
         knowledge.cache_clear()
 
 
+@input_kind("recipes")
 def _recipes() -> dict[str, ExtensionRecipe]:
     """assets/extensions.toml, then the operator's own recipes (one TOML file each, same form;
     a later file's recipe replaces an earlier one of the same name)."""
@@ -301,4 +309,5 @@ def knowledge() -> Knowledge:
             },
         ),
         extensions=_recipes(),
+        pythons=tuple(p["version"] for p in load_asset("pythons.toml")["python"]),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,10 @@ from packaging.utils import canonicalize_name
 
 from steps.answers import Answers
 from steps.errors import InputError
-from steps.knowledge import knowledge
+from steps.knowledge import knowledge, machine_root
 from steps.safefs import read_bounded
 from steps.units import MiB
+from steps.uvconfig import configured_index
 
 LOCK_SCHEMA = "mlsetup.lock/1"
 HEADER = "# mlsetup-lock: "
@@ -40,10 +42,6 @@ MAX_LOCK_BYTES = 4 * MiB
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?:\s*\\)?$")
 _VIA = re.compile(r"^\s+#\s+(?:via\s+)?(-r \S+|[A-Za-z0-9][A-Za-z0-9._-]*)\s*$")
-_DEPENDS = re.compile(
-    r"(?:all versions of |)([A-Za-z0-9][A-Za-z0-9._-]*?)(?:[=<>!~][^\s]*)? depends? on "
-    r"torch([<>=!~][^\s,]*)"
-)
 
 
 @dataclass(frozen=True)
@@ -53,9 +51,12 @@ class Lock:
     platform: str  # "x86_64-manylinux_2_35"
     build: str  # the torch build it holds: "cu128", "cpu" (PyPI's plain torch: its default CUDA)
     key: str  # the inputs it was resolved from
-    decided_by: tuple[str, ...] = ()  # the requirements that brought torch in
+    decided_by: tuple[str, ...] = ()  # the packages whose requirement kept a newer torch out
     note: str = ""  # how the build was settled, when it was not the first choice
     packages: dict[str, str] = field(default_factory=dict)  # canonical name -> exact version
+    index: str = ""  # where it was resolved from, as the messages name it
+    sources: tuple[str, ...] = ()  # "name version" of the pins that have no wheel: built at sync
+    python_reason: str = ""  # why this Python, when mlsetup chose it ("auto")
 
     @property
     def torch(self) -> str:
@@ -70,6 +71,9 @@ class Lock:
             "key": self.key,
             "decided_by": list(self.decided_by),
             "note": self.note,
+            "index": self.index,
+            "sources": list(self.sources),
+            "python_reason": self.python_reason,
         }
         return HEADER + json.dumps(meta, sort_keys=True) + "\n"
 
@@ -85,6 +89,9 @@ class Lock:
             "platform": self.platform,
             "decided_by": list(self.decided_by),
             "note": self.note,
+            "index": self.index,
+            "sources": list(self.sources),
+            "python_reason": self.python_reason,
             "packages": dict(sorted(self.packages.items())),
         }
 
@@ -124,11 +131,15 @@ def load_lock(text: str, origin: str) -> Lock:
             f"{origin}: the lock pins no torch or carries no hashes; allowed: a "
             "lock written by mlsetup (/var/lib/mlsetup/stack.lock of a host)"
         )
+    fields["build"] = build_of_pins(pins)  # what the pinned torch is, whatever the header says
     return Lock(
         text=body,
         packages=pins,
-        decided_by=tuple(meta.get("decided_by") or ()),
+        decided_by=tuple(str(d) for d in meta.get("decided_by") or ()),
         note=str(meta.get("note") or ""),
+        index=str(meta.get("index") or ""),
+        sources=tuple(str(d) for d in meta.get("sources") or ()),
+        python_reason=str(meta.get("python_reason") or ""),
         **fields,
     )
 
@@ -147,14 +158,23 @@ def platform_for(arch: str | None) -> str:
     return f"{arch or 'x86_64'}-{MANYLINUX}"
 
 
+def requirement_name(req: str) -> str:
+    return canonicalize_name(re.split(r"[\s<>=!~\[;@]", req, maxsplit=1)[0])
+
+
 def requirements(answers: Answers, build_requires: list[str]) -> list[str]:
-    """What the lock must satisfy, in order: torch (as the answers pin it), the packages, then
-    the extensions' build requirements (pip among them: the build runs `pip wheel`)."""
+    """What the lock must satisfy, in order: the packages, then torch (as the answers pin it),
+    then the extensions' build requirements (pip among them: the build runs `pip wheel`). uv's
+    backtracking follows the order: with a bare torch first it keeps the newest torch and walks
+    the packages back instead (forty everyday packages locked to a 2023 vllm that way)."""
     spec = "" if answers.torch.version == "auto" else answers.torch.version
-    out = [f"torch{spec}", *answers.torch.packages]
-    names = {canonicalize_name(re.split(r"[\s<>=!~\[;@]", r, maxsplit=1)[0]) for r in out}
+    out = [*answers.torch.packages]
+    names = {requirement_name(r) for r in out}
+    if "torch" not in names or spec:
+        out.append(f"torch{spec}")
+        names.add("torch")
     for req in build_requires:
-        name = canonicalize_name(re.split(r"[\s<>=!~\[;@]", req, maxsplit=1)[0])
+        name = requirement_name(req)
         if name not in names:
             names.add(name)
             out.append(req)
@@ -182,14 +202,59 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     return public, {user: unquote(parts.username or ""), password: unquote(parts.password or "")}
 
 
-def index_args(answers: Answers, build: str) -> list[str]:
-    """uv's index options for this torch build: PyTorch's own index for the torch family
-    (`--torch-backend`, everything else from the default index), or the answers' mirror, its
-    credentials left out (`index_secrets` gives them to uv)."""
-    if answers.torch.index_url == "auto":
-        return ["--torch-backend", build]
-    public, secret = split_credentials(answers.torch.index_url.replace("{build}", build))
-    return ["--index", f"{INDEX_NAME}={public}" if secret else public]
+def configured(root: Path | None = None) -> str | None:
+    """The default index the operator configured (steps.uvconfig), as uv will see it."""
+    return configured_index(os.environ, root or machine_root())
+
+
+def index_args(answers: Answers, build: str, configured: str | None) -> list[str]:
+    """uv's index options for this torch build. The index the operator configured is the only
+    one, never PyPI beside it: torch.index_url replaces uv's default index (PyPI) unless a
+    default is configured for uv or pip (`configured`: UV_DEFAULT_INDEX, pip's index-url, which
+    uv reads from its environment); then it is searched first, for every package. With neither,
+    PyPI with PyTorch's own index for the torch family (`--torch-backend`). The mirror's
+    credentials are left out (`index_secrets` gives them to uv)."""
+    url = answers.torch.index_url
+    if url == "auto":
+        return [] if configured else ["--torch-backend", build]
+    public, secret = split_credentials(url.replace("{build}", build))
+    named = f"{INDEX_NAME}={public}" if secret else public
+    return ["--index" if configured else "--default-index", named]
+
+
+def per_build_index(answers: Answers, configured: str | None) -> bool:
+    """Whether each torch build has an index of its own (PyTorch's, or a mirror of it with
+    "{build}"): a build is then chosen by resolving against its index. Else one index serves
+    one torch per release, and its wheel says which build it is."""
+    url = answers.torch.index_url
+    return "{build}" in url if url != "auto" else configured is None
+
+
+PYPI = "https://pypi.org/simple"
+
+
+def local_index(answers: Answers, configured: str | None) -> bool:
+    """Whether every index is a directory on this machine (a test's, an offline mirror's)."""
+
+    def local(url: str) -> bool:
+        return url.startswith(("/", "file://"))
+
+    url = answers.torch.index_url
+    if url == "auto":
+        return configured is not None and local(configured)
+    return local(url) and (configured is None or local(configured))
+
+
+def index_label(answers: Answers, build: str, configured: str | None) -> str:
+    """The index a resolution used, as a message names it (no credentials)."""
+    url = answers.torch.index_url
+    default = split_credentials(configured)[0] if configured else PYPI
+    if url == "auto":
+        if configured:
+            return default
+        return f"{PYPI} (torch from {knowledge().torch.index_for(build)})"
+    public = split_credentials(url.replace("{build}", build))[0]
+    return f"{public} (then {default})" if configured and default != public else public
 
 
 def index_secrets(answers: Answers) -> dict[str, str]:
@@ -200,21 +265,32 @@ def index_secrets(answers: Answers) -> dict[str, str]:
 
 
 def input_key(
-    reqs: list[str], python: str, platform: str, builds: list[str], answers: Answers
+    reqs: list[str], python: str, platform: str, builds: list[str], index: list[str]
 ) -> str:
     data = {
         "requirements": reqs,
         "python": python,
         "platform": platform,
         "builds": builds,
-        "index_url": answers.torch.index_url,
+        "index": index,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def compile_argv(
-    infile: str, outfile: str, python: str, platform: str, build: str, answers: Answers
+    infile: str,
+    outfile: str,
+    python: str,
+    platform: str,
+    index: list[str],
+    builds: bool,
+    constraints: str | None = None,
+    offline: bool = False,
 ) -> list[str]:
+    """`uv pip compile` for the lock. `builds` False: `--no-build`, nothing of a package runs
+    (every resolution root runs); True only as an ordinary account, for an sdist whose
+    metadata comes only from its build backend. `offline`: from uv's cache alone (what the
+    resolution just before it fetched)."""
     return [
         "uv",
         "pip",
@@ -223,18 +299,23 @@ def compile_argv(
         "--generate-hashes",
         "--no-header",
         "--no-python-downloads",
+        *([] if builds else ["--no-build"]),
+        *(["--offline"] if offline else []),
         "--python-version",
         python,
         "--python-platform",
         platform,
-        *index_args(answers, build),
+        *index,
+        *(["--constraint", constraints] if constraints else []),
         "--output-file",
         outfile,
         infile,
     ]
 
 
-def sync_argv(python_bin: str, answers: Answers, build: str) -> list[str]:
+def sync_argv(python_bin: str, index: list[str], builds: bool) -> list[str]:
+    """`uv pip sync` of the lock as the venv's owner; `builds` False (root's venv): a pin with
+    no wheel is an error, never a build run as root."""
     return [
         "uv",
         "pip",
@@ -243,101 +324,40 @@ def sync_argv(python_bin: str, answers: Answers, build: str) -> list[str]:
         python_bin,
         "--no-config",
         "--require-hashes",
-        *index_args(answers, build),
+        *([] if builds else ["--no-build"]),
+        *index,
         SHARED_LOCK,
     ]
 
 
-def build_of(torch_version: str, pypi_cuda: str | None) -> str:
-    """The build a locked torch is: its local tag ("2.9.0+cu128" -> cu128); PyPI's Linux wheels
-    carry none and are built with the release's default CUDA (`pypi_cuda`)."""
-    local = torch_version.partition("+")[2]
+# The CUDA runtime a PyPI torch wheel requires names its build: nvidia-cuda-runtime-cu12==12.8.90
+# (torch 2.9.0), cuda-toolkit==13.0.3.0 and nvidia-cuda-runtime==13.0.96 (torch 2.14.0): the
+# wheels' metadata on PyPI, 2026-12-01 (tests/fixtures/pypi-record.zip).
+CUDA_RUNTIMES = (
+    "cuda-toolkit",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime-cu11",
+)
+
+
+def cuda_of_pins(pins: dict[str, str]) -> tuple[str, str] | None:
+    """(CUDA major.minor, the pin that says so) of the locked torch's runtime; None: none."""
+    for name in CUDA_RUNTIMES:
+        if version := pins.get(name):
+            major, _, rest = version.partition(".")
+            minor = rest.partition(".")[0]
+            if major.isdigit() and minor.isdigit():
+                return f"{major}.{minor}", f"{name}=={version}"
+    return None
+
+
+def build_of_pins(pins: dict[str, str]) -> str:
+    """The build the locked torch is, from the distribution itself: its local version
+    ("2.9.0+cu128" -> cu128), else the CUDA runtime its wheel requires (PyPI's Linux wheels
+    carry no local tag), else the CPU build."""
+    local = pins.get("torch", "").partition("+")[2]
     if local:
         return local
-    return f"cu{pypi_cuda.replace('.', '')}" if pypi_cuda else "cpu"
-
-
-def decided_by(via: dict[str, list[str]], answers: Answers) -> tuple[str, ...]:
-    """Who required torch's version: the packages uv names as depending on it, and the
-    answers' own pin when there is one."""
-    out = [v for v in via.get("torch", []) if not v.startswith("-r ")]
-    if answers.torch.version != "auto":
-        out.insert(0, f"torch.version {answers.torch.version}")
-    return tuple(out) or ("torch.version auto (the newest torch of the build)",)
-
-
-@dataclass(frozen=True)
-class Unsatisfiable:
-    """uv found no solution with any build tried: who pinned which torch."""
-
-    package: str | None
-    torch_spec: str | None
-    uv_says: str
-
-
-def read_failure(output: list[str]) -> Unsatisfiable:
-    text = " ".join(line.strip() for line in output)
-    m = None
-    for m in _DEPENDS.finditer(text):
-        if canonicalize_name(m.group(1)) not in ("torch", "you"):
-            break
-    relevant = [
-        line.strip()
-        for line in output
-        if "because" in line.lower()
-        or "no solution" in line.lower()
-        or line.strip().startswith("error")
-    ]
-    return Unsatisfiable(
-        m.group(1) if m else None, m.group(2) if m else None, " ".join(relevant)[-1200:]
-    )
-
-
-# uv's "no solution" that is really no index: offline, or a package the index does not have
-_UNREACHABLE = ("network was disabled", "not found in the cache")
-
-
-def no_solution(output: list[str]) -> bool:
-    """uv found the index and no set of versions satisfies the requirements."""
-    text = " ".join(output)
-    return "No solution found" in text and not any(u in text for u in _UNREACHABLE)
-
-
-def explain(
-    failure: Unsatisfiable, builds: list[str], ccs: list[str], driver: str | None, answers: Answers
-) -> str:
-    """The exit-2 message: the package, the torch it requires, why no build tried has it, and
-    what would work."""
-    tried = ", ".join(builds)
-    if failure.package is None:
-        return (
-            f"torch.packages {answers.torch.packages}: uv finds no torch for them with the "
-            f"builds these GPUs and this driver run ({tried}). uv says: {failure.uv_says}"
-        )
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        releases = [
-            r
-            for r in knowledge().torch.releases
-            if r.matches(SpecifierSet(failure.torch_spec or ""))
-        ]
-    except InvalidSpecifier:
-        releases = []
-    shipped = "; ".join(f"torch {r.series} is built for {', '.join(r.builds)}" for r in releases)
-    why = (
-        f"{shipped}, and none of those runs here (GPUs: compute capability "
-        f"{', '.join(ccs) or 'none'}; driver {driver or 'none'}; builds tried: {tried})"
-        if shipped
-        else f"no build tried ({tried}) has such a torch on the index"
-    )
-    cuda_hint = (
-        f' or torch.cuda = "{releases[0].builds[-1]}" if the GPUs and driver run it'
-        if releases
-        else ""
-    )
-    return (
-        f"torch.packages: {failure.package} requires torch{failure.torch_spec}, which cannot "
-        f"be installed here: {why}. What would: a release of {failure.package} that allows "
-        f"a torch built for {builds[0] if builds else 'these GPUs'}{cuda_hint}."
-    )
+    cuda = cuda_of_pins(pins)
+    return f"cu{cuda[0].replace('.', '')}" if cuda else "cpu"

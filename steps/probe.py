@@ -19,7 +19,7 @@ import distro
 import psutil
 
 from steps.accounts import account_by_uid, lookup_account
-from steps.errors import InputError
+from steps.errors import InputError, input_kind
 from steps.facts import (
     CpuInfo,
     DriverInfo,
@@ -97,6 +97,7 @@ def _nvml(fs: RootFS, env: Mapping[str, str], notes: list[str]) -> NvmlReading |
     return None
 
 
+@input_kind("settings")
 def _snapshot(path: Path) -> NvmlReading:
     """A recorded NVML reading (MLSETUP_NVML_SNAPSHOT): input, so a bad one is exit 2."""
     try:

@@ -179,7 +179,7 @@ class RebootResume:
             code,
             log_path,
             what=f"after the reboot {found}; expected branch {branch}",
-            diagnosis=diagnose(tail, code, str(log_path))
+            diagnosis=diagnose(tail, code, str(log_path), self.run.req.answers_path)
             or Diagnosis(
                 "driver-not-loaded",
                 "The kernel did not load the NVIDIA module after the reboot.",

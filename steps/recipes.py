@@ -130,6 +130,7 @@ class _Overridable(_Strict):
     threads: Threads | None = None
     peak_job_gib: Gib | None = None
     build_requires: list[str] | None = None
+    runtime_requires: list[str] | None = None
     prebuilt_cuda_majors: list[Digits] | None = None
     arch_trim: Flag | None = None
     longest_first: Flag | None = None
@@ -150,7 +151,7 @@ class _Overridable(_Strict):
     def _variables(cls, v: str | None) -> str | None:
         return v if v is None else _variable(v)
 
-    @field_validator("build_requires")
+    @field_validator("build_requires", "runtime_requires")
     @classmethod
     def _requires(cls, v: list[str] | None) -> list[str] | None:
         return v if v is None else [_requirement(r) for r in v]
@@ -176,6 +177,9 @@ class RecipeModel(_Overridable):
     force_build_variable: str
     peak_job_gib: Gib
     build_requires: list[str]
+    runtime_requires: list[str] = Field(
+        default_factory=list, description="what the installed wheel requires, torch aside"
+    )
     prebuilt_cuda_majors: list[Digits]
     arch_trim: Flag = Field(
         True, description="compile only for the GPUs present, whatever setup.py lists"
@@ -268,6 +272,9 @@ class ExtensionRecipe:
     force_build_variable: str
     peak_job_gib: float  # one compile job at its peak, with `threads` nvcc threads
     build_requires: tuple[str, ...]
+    # What the wheel requires at run time besides torch (its Requires-Dist): resolved into the
+    # stack's lock with everything else, because the wheel itself is installed --no-deps.
+    runtime_requires: tuple[str, ...]
     # CUDA majors the project publishes release wheels for (its build fetches them itself)
     prebuilt_cuda_majors: tuple[str, ...]
     # mlsetup's nvcc drops the -gencode targets of GPUs not present (steps/buildtools.py)

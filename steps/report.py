@@ -15,7 +15,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from steps.choices import Choices
+from steps.diagnose import answers_command
 from steps.events import Failed
+from steps.knowledge import knowledge
 from steps.lock import STATE_LOCK, Lock
 from steps.plan import Plan, Step
 from steps.state import State, write_atomic
@@ -47,6 +50,10 @@ class Failure(_Strict):
         description="id of the recognised failure (assets/diagnoses.toml), null if none"
     )
     last_output: list[str] = Field(description="the action's last output lines (at most 20)")
+    url: str | None = Field(
+        default=None,
+        description="the URL it could not fetch (an index, a download), null when none is named",
+    )
 
     def event(self) -> Failed:
         """The Failed event that tells the front ends what this records."""
@@ -98,6 +105,12 @@ class LockReport(_Strict):
     decided_by: list[str] = Field(description="the packages that decided the torch version")
     note: str = Field(description="how the build was settled, when it was not the first choice")
     packages: dict[str, str] = Field(description="every pinned package: name -> version")
+    index: str = Field("", description="the package index it was resolved from")
+    sources: list[str] = Field(
+        default_factory=list,
+        description='pins with no wheel ("name version"), built by the venv\'s owner at the sync',
+    )
+    python_reason: str = Field("", description='why this Python, when "auto" chose one')
     file: str = Field(description="where root keeps the lock file")
     text: str = Field(description="the lock file, to hand to another host (venv.lock)")
 
@@ -106,6 +119,13 @@ class Smoke(_Strict):
     stack: dict[str, Any] | None = Field(
         description="the stack smoke test's result (assets/smoke_stack.py: ok, torch, cuda, "
         "gpus, backend, ranks, summary), null when it did not run in this invocation"
+    )
+    after_extensions: dict[str, Any] | None = Field(
+        default=None,
+        description="the stack check after the last extension (assets/smoke_stack.py "
+        "--recheck: ok, torch, cuda, imports, summary): torch still the locked version and "
+        "build, every locked package at its version, each extension importing; null when "
+        "it did not run in this invocation",
     )
 
 
@@ -144,7 +164,8 @@ class Outcome:
     changed: bool = False
     ran: list[str] = field(default_factory=list)
     failure: Failure | None = None
-    smoke: dict[str, Any] | None = None  # the stack smoke test's result, when it ran
+    # the smoke tests' results, when they ran: "stack" (after the sync), "after_extensions"
+    smoke: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 def make_report(
@@ -165,7 +186,10 @@ def make_report(
         failure=outcome.failure,
         steps=[_step(step, state) for step in plan.steps] if plan else [],
         lock=LockReport(**lock.summary(), file=STATE_LOCK, text=lock.file_text()) if lock else None,
-        smoke=Smoke(stack=outcome.smoke),
+        smoke=Smoke(
+            stack=outcome.smoke.get("stack"),
+            after_extensions=outcome.smoke.get("after_extensions"),
+        ),
         log_dir=str(log_dir),
         time=time.time(),
     )
@@ -183,3 +207,25 @@ def _step(step: Step, state: State) -> StepReport:
 
 def write_report(path: Path, report: Report) -> None:
     write_atomic(path, report.to_json())
+
+
+def dry_run_summary(plan: Plan | None, choices: Choices, answers_path: str | None) -> str:
+    """How a dry run ends: that nothing changed, and what the real apply would leave (a venv
+    the dry run did not make cannot be used yet)."""
+    pending = {step.name for step in plan.steps if step.status == "pending"} if plan else set()
+    leaves = []
+    if "driver" in pending:
+        leaves.append(
+            f"NVIDIA driver {choices.driver_branch} ({choices.driver_modules} kernel modules), "
+            "loaded after a reboot"
+        )
+    repo = knowledge().repo
+    leaves += [f"CUDA {v} at {repo.toolkit_path_for(v)}" for v in choices.toolkits]
+    venv = f"a Python {choices.python} venv at {choices.venv_path} ({choices.owner.name}'s)"
+    leaves.append(f"{venv} with {choices.torch_requirement} ({choices.torch_build} build)")
+    leaves += [f"{t.recipe.package} {t.answer.version}" for t in choices.build_targets]
+    return (
+        "dry run: nothing was changed (no command ran); "
+        f"{answers_command(answers_path)} would leave {'; '.join(leaves)}; then use the venv "
+        f"with: source {choices.venv_path}/bin/activate"
+    )

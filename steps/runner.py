@@ -8,6 +8,7 @@ put stand-in executables first on the runner's PATH.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,18 @@ def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return _pick(environ, CARRIED, CARRIED_PREFIXES)
 
 
+def own_account() -> tuple[str, str]:
+    """The name and home of the account this process runs as, for a command with no account
+    of its own: root's under sudo, and a user's own for what mlsetup runs as that user (`plan`
+    resolving with uv, the wizard without root), whose caches are under their HOME: root's
+    /root is not theirs to write."""
+    try:
+        entry = pwd.getpwuid(os.geteuid())
+    except KeyError:  # a uid with no passwd entry (a container's): the HOME it was given
+        return str(os.geteuid()), os.environ.get("HOME", "/")
+    return entry.pw_name, entry.pw_dir
+
+
 @dataclass
 class Result:
     exit_code: int
@@ -100,10 +113,8 @@ class Runner:
 
     def environment(self, action: Action, account: Account | None) -> dict[str, str]:
         env = {"PATH": self.base_path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **self.passthrough}
-        if account is not None:
-            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
-        else:
-            env.update(HOME="/root", USER="root", LOGNAME="root")
+        name, home = (account.name, account.home) if account is not None else own_account()
+        env.update(HOME=home, USER=name, LOGNAME=name)
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from steps.errors import InputError, show_value
+from steps.errors import InputError, input_kind, show_value
 
 PREFIX = "MLSETUP_"
 EXTENSIONS_DIR = "MLSETUP_EXTENSIONS_DIR"
@@ -39,6 +39,7 @@ class Settings:
     ascii: bool = False  # the wizard draws ASCII only
 
 
+@input_kind("settings")
 def settings_from(environ: Mapping[str, str]) -> Settings:
     """The settings in `environ`; an InputError naming the first bad variable."""
     given = {k: v for k, v in environ.items() if k.startswith(PREFIX) and v != ""}

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
-from steps.actions import ActionRunner
+from steps.actions import ActionRunner, Execute
 from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
 from steps.choices import choose
-from steps.diagnose import Diagnosis
+from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError
 from steps.events import Notice
+from steps.extensions import STACK_CHECK
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
+from steps.plan import Action
 from steps.runner import Result
 from steps.state import write_atomic
-from steps.venv import StackUnavailable, settle_lock
+from steps.venv import SMOKE_ACTION, StackUnavailable, settle_lock
 from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 
@@ -33,6 +37,8 @@ class StackSettler:
     def __init__(self, run: ApplyRun, actions: ActionRunner) -> None:
         self.run = run
         self.actions = actions
+        # the last resolution run and its result: a failure names its log and output
+        self._resolved: tuple[Action, Result | None] | None = None
 
     def settle(self) -> None:
         """Resolve (or reuse, or take from venv.lock) the one lock before any step changes
@@ -49,9 +55,10 @@ class StackSettler:
                 what=str(exc),
                 diagnosis=Diagnosis(
                     "stack-unsatisfiable",
-                    "No torch satisfies the answers' packages on this machine.",
-                    "Change torch.packages or torch.cuda as the message says, then run the apply "
-                    "again.",
+                    "The answers' packages do not resolve into one stack that runs here.",
+                    "Change torch.packages, torch.cuda or torch.index_url in "
+                    f"{answers_file(self.run.req.answers_path)} as the message says, "
+                    f"then: {answers_command(self.run.req.answers_path)}",
                 ),
                 code=EXIT_INPUT,
             )
@@ -76,12 +83,11 @@ class StackSettler:
             ", ".join(lock.decided_by),
             len(lock.packages),
         )
+        decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
         self.run.emit(
             Notice(
-                text=f"stack lock: torch {lock.torch} ({lock.build}) for "
-                f"Python {lock.python}, decided by "
-                f"{', '.join(lock.decided_by)}; "
-                f"{len(lock.packages)} packages pinned with hashes"
+                text=f"stack lock: torch {lock.torch} ({lock.build}) for Python {lock.python}"
+                f"{decided}; {len(lock.packages)} packages pinned with hashes, from {lock.index}"
             )
         )
         if not self.run.req.dry_run:
@@ -89,12 +95,17 @@ class StackSettler:
 
     def _settle_lock(self, facts: Facts) -> Lock | None:
         resolving = not self.run.req.dry_run and self.run.state is not None
+
+        def resolve(action: Action) -> Result | None:
+            result = self.actions.command("venv", action)
+            self._resolved = (action, result)
+            return result
+
         return settle_lock(
             self.run.fs,
             facts,
             self.run.req.answers,
-            (lambda action: self.actions.command("venv", action)) if resolving else None,
-            self.run.paths.state_dir / "resolve" if resolving else None,
+            resolve if resolving else None,
         )
 
     def _unavailable(self, exc: StackUnavailable, facts: Facts) -> None:
@@ -114,18 +125,29 @@ class StackSettler:
                 )
             )
             return
+        action, result = self._resolved or (None, None)
+        if action is None or action.id != exc.action:
+            action, result = None, None
+        tail = result.tail if result else []
+        url = failed_url(tail)
+        answers = self.run.req.answers_path
         self.run.fail(
             "venv",
-            None,
-            None,
-            None,
+            action,
+            result.exit_code if result else None,
+            self.run.action_log(action.id) if action else None,
             what=str(exc),
             diagnosis=Diagnosis(
                 "index-unreachable",
-                "uv could not reach the package index to resolve the stack.",
-                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
-                f"torch.index_url), then: {RESUME_COMMAND}",
+                f"uv could not reach the package index{f' ({url})' if url else ''} to "
+                "resolve the stack.",
+                f"Check the network and proxy, then: {RESUME_COMMAND}; or set torch.index_url "
+                f"in {answers_file(answers)} to an index this server reaches (a mirror "
+                "of the PyTorch index; PyPI, https://pypi.org/simple, for CUDA builds: its Linux "
+                f"torch is one), then: {answers_command(answers)}",
             ),
+            tail=tail,
+            code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
         )
 
     def _keep_lock(self, lock: Lock) -> None:
@@ -142,15 +164,31 @@ class StackSettler:
         write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
         write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
 
-    def smoke_result(self, result: Result) -> None:
-        """The stack smoke test's verdict, from its last line, for the report."""
+    def recorder(self, action: Action) -> Execute | None:
+        """For the stack's smoke test (after the sync) and its check after the extensions: run
+        it and keep its verdict for the report, passed or failed. None for any other action."""
+        which = {SMOKE_ACTION: "stack", STACK_CHECK: "after_extensions"}.get(action.id)
+        if which is None:
+            return None
+
+        def execute(action: Action, log_path: Path, started: Callable[[int], None]) -> Result:
+            result = self.run.runner.run(action, log_path, on_start=started)
+            self._smoke_result(which, result)
+            return result
+
+        return execute
+
+    def _smoke_result(self, which: str, result: Result) -> None:
+        """A smoke test's verdict, from its last line, for the report."""
         line = next((x for x in reversed(result.tail) if x.startswith(SMOKE_MARK)), None)
         try:
             smoke = json.loads(line[len(SMOKE_MARK) :]) if line else None
         except ValueError:
             smoke = None
         smoke = smoke if isinstance(smoke, dict) else None  # the report holds an object
-        self.run.outcome.smoke = smoke
-        log.info("stack smoke test: %s", smoke.get("summary") if smoke else "no result line")
+        self.run.outcome.smoke[which] = smoke
+        summary = smoke.get("summary") if smoke else "no result line"
+        log.info("%s: %s", which, summary)
         if smoke:
-            self.run.emit(Notice(text=f"stack smoke test: {smoke.get('summary')}"))
+            label = "stack smoke test" if which == "stack" else "stack check"
+            self.run.emit(Notice(text=f"{label}: {summary}"))

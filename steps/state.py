@@ -82,7 +82,7 @@ class CorruptState(InputError):
             else f"it could not be moved aside either: move it away yourself (sudo mv {path} "
             f"{path}.bad), then: sudo mlsetup apply --answers FILE"
         )
-        super().__init__(f"state file {path} is unusable ({why}); {where}")
+        super().__init__(f"state file {path} is unusable ({why}); {where}", kind="state")
         self.kept_at = kept_at
 
 
@@ -117,6 +117,15 @@ def load_state(path: Path) -> State | None:
         raise _set_aside(path, f"nested deeper than {STATE_MAX_DEPTH} levels") from exc
     except ValueError as exc:  # json.JSONDecodeError and _check_depth
         raise _set_aside(path, str(exc)) from exc
+
+
+def peek_state(path: Path) -> State | None:
+    """The saved state if there is a usable one, else None; unlike load_state it moves
+    nothing aside (for what a message advises, not for a run to go on from)."""
+    try:
+        return State.model_validate_json(read_bounded(path, STATE_LIMIT))
+    except (OSError, ValueError):  # a ValidationError is a ValueError
+        return None
 
 
 def _check_depth(value: object) -> None:

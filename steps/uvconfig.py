@@ -9,6 +9,8 @@ Index configuration: uv reads its own (UV_* variables, /etc/uv/uv.toml, /etc/xdg
 by itself, and pip reads PIP_* and /etc/pip.conf. What uv does not read is pip's: on a server
 whose operator set a PyPI mirror for pip only, uv would go to pypi.org. So when no uv index is
 configured, pip's index-url / extra-index-url become UV_DEFAULT_INDEX / UV_INDEX.
+`configured_index` says which default index that is: the stack's resolution then uses it alone
+(steps.lock.index_args), never PyTorch's index or PyPI beside it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def uv_environment(environ: Mapping[str, str], root: Path = Path("/")) -> dict[s
     env: dict[str, str] = {}
     if not any(k in environ for k in CERT_VARIABLES):
         env["UV_SYSTEM_CERTS"] = "true"
-    if any(k in environ for k in UV_INDEX_VARIABLES) or any(
+    if any(environ.get(k) for k in UV_INDEX_VARIABLES) or any(
         (root / p.lstrip("/")).exists() for p in UV_SYSTEM_CONFIGS
     ):
         return env  # uv's own configuration: it reads it itself
@@ -44,6 +46,16 @@ def uv_environment(environ: Mapping[str, str], root: Path = Path("/")) -> dict[s
     if extra and all(_url(u) for u in extra.split()):
         env["UV_INDEX"] = " ".join(extra.split())
     return env
+
+
+def configured_index(environ: Mapping[str, str], root: Path = Path("/")) -> str | None:
+    """The default index the operator configured for uv (UV_DEFAULT_INDEX, its older name
+    UV_INDEX_URL) or for pip (PIP_INDEX_URL, pip.conf's index-url), as uv gets it from
+    `uv_environment`; None: uv's own default, PyPI."""
+    for name in ("UV_DEFAULT_INDEX", "UV_INDEX_URL"):
+        if value := environ.get(name, "").strip():
+            return value
+    return uv_environment(environ, root).get("UV_DEFAULT_INDEX")
 
 
 def _url(value: str) -> bool:

@@ -10,7 +10,6 @@ venv and installs the lock in one `uv pip sync`, followed by the stack's smoke t
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -18,71 +17,93 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from steps.answers import Answers
-from steps.choices import Choices, builds_to_try, choose, lock_problems, locked_build
-from steps.errors import InputError, MlsetupError
+from steps.choices import Choices, builds_to_try, choose, lock_problems, python_choice
+from steps.errors import InputError
 from steps.events import EventSink
 from steps.facts import Facts
+from steps.knowledge import knowledge
 from steps.lock import (
     SMOKE_SCRIPT,
     STATE_LOCK,
     Lock,
-    compile_argv,
-    decided_by,
-    explain,
+    configured,
+    index_args,
     index_secrets,
     input_key,
     load_lock,
-    no_solution,
-    parse_pins,
+    per_build_index,
     platform_for,
-    read_failure,
     read_lock_file,
     requirements,
     sync_argv,
 )
 from steps.plan import Action, Step, pending, satisfied
+from steps.resolve import (
+    Resolution,
+    RunCommand,
+    StackInputs,
+    StackUnavailable,
+    resolver_for,
+)
 from steps.rootfs import RootFS
 from steps.runner import Result, Runner, RunnerError
 from steps.venvstate import VenvState
 
-RunCommand = Callable[[Action], Result | None]
-
-
-class StackUnavailable(MlsetupError):
-    """uv could not resolve for a reason other than the requirements (no index, no network).
-    `action`: the id of the resolution that failed, when one ran."""
-
-    def __init__(self, message: str, action: str | None = None) -> None:
-        super().__init__(message)
-        self.action = action
+__all__ = ["StackUnavailable", "lock_ahead", "lock_for_plan", "plan", "settle_lock"]
 
 
 # -- the lock ---------------------------------------------------------------------------------
 
 
-def stack_inputs(facts: Facts, answers: Answers) -> tuple[list[str], str, str, list[str], str]:
-    """(requirements, Python, platform, builds to try, key) of the resolution these answers
-    ask for on this machine."""
+def torch_range(answers: Answers, per_build: bool) -> list[str]:
+    """An explicit torch.cuda on an index that serves one build per release (PyPI, a mirror of
+    it): the releases whose PyPI wheel is that build (assets/torch.toml pypi_cuda), as a
+    constraint; the resolved wheel still has to be it."""
+    if per_build or answers.torch.cuda in ("auto", "cpu") or answers.torch.version != "auto":
+        return []
+    k = knowledge()
+    cuda = k.torch.build(answers.torch.cuda).cuda
+    series = [r.series for r in k.torch.releases if r.pypi_cuda == cuda]  # newest first
+    if not series:
+        return []
+    newer = [r.series for r in k.torch.releases if Version(r.series) > Version(series[0])]
+    upper = f",<{newer[-1]}" if newer else ""
+    return [f"torch>={series[-1]}{upper}"]
+
+
+def stack_inputs(
+    facts: Facts, answers: Answers, root: Path | None = None, builds_allowed: bool = True
+) -> StackInputs:
+    """What the resolution these answers ask for on this machine is given. `builds_allowed`:
+    whether an sdist may be built to learn its metadata (a lock made without is another lock)."""
     base = choose(facts, answers)
-    build_requires = [r for t in base.build_targets for r in ("pip", *t.recipe.build_requires)]
+    # what the extensions' builds need, and their wheels at run time (installed --no-deps)
+    build_requires = [
+        r
+        for t in base.build_targets
+        for r in ("pip", *t.recipe.build_requires, *t.recipe.runtime_requires)
+    ]
     reqs = requirements(answers, build_requires)
     platform = platform_for(facts.os.arch if facts.os else None)
+    index = configured(root)
+    per_build = per_build_index(answers, index)
     builds = builds_to_try(facts, answers)
-    return (
-        reqs,
-        base.python,
-        platform,
-        builds,
-        input_key(reqs, base.python, platform, builds, answers),
-    )
+    builds = builds if per_build else builds[:1]
+    constraints = torch_range(answers, per_build)
+    python = python_choice(facts, answers)
+    python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version
+    index_used = index_args(answers, builds[0], index) + ([] if builds_allowed else ["--no-build"])
+    key = input_key([*reqs, *constraints], python_key, platform, builds, index_used)
+    return StackInputs(reqs, constraints, python, platform, builds, index, key)
 
 
 def settle_lock(
-    fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None, workdir: Path | None
+    fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None, on_machine: bool = True
 ) -> Lock | None:
     """The run's lock: `venv.lock` (checked against this machine), the saved one when these
-    inputs made it, else a new resolution (`run` None or no `workdir`: None, plan from
-    knowledge). InputError when no torch satisfies the packages here."""
+    inputs made it, else a new resolution (`run` None: None, plan from knowledge). InputError
+    when no torch satisfies the packages here. `on_machine`: `facts` are this machine's (its
+    venv owner resolves when a build is needed), not a recorded one's."""
     if answers.venv.lock:
         lock = read_lock_file(fs.path(answers.venv.lock), f"venv.lock {answers.venv.lock!r}")
         if problems := lock_problems(facts, answers, lock):
@@ -90,7 +111,9 @@ def settle_lock(
                 f"venv.lock {answers.venv.lock!r} does not fit this machine: " + "; ".join(problems)
             )
         return lock
-    reqs, python, platform, builds, key = stack_inputs(facts, answers)
+    owner = choose(facts, answers).owner.run_as
+    resolver = resolver_for(fs, owner, on_machine)
+    inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
     saved = fs.read_text(STATE_LOCK)
     if saved:
         try:
@@ -98,114 +121,50 @@ def settle_lock(
         except InputError:
             pass  # damaged: resolve again and replace it
         else:
-            if lock.key == key:
+            if lock.key == inputs.key:
                 return lock
-    if run is None or workdir is None:
+    if run is None:
         return None
-    return resolve(facts, answers, run, workdir, (reqs, python, platform, builds, key))
+    return Resolution(facts, answers, inputs, run, resolver).lock()
 
 
-def resolve(
-    facts: Facts,
-    answers: Answers,
-    run: RunCommand,
-    workdir: Path,
-    inputs: tuple[list[str], str, str, list[str], str],
-) -> Lock:
-    """uv pip compile with each build in turn (best first) until one satisfies everything."""
-    reqs, python, platform, builds, key = inputs
-    if answers.torch.index_url != "auto" and "{build}" not in answers.torch.index_url:
-        builds = builds[:1]  # one index for every build: one resolution says it all
-    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    infile = workdir / "requirements.in"
-    infile.write_text("\n".join(reqs) + "\n")
-    failures = []
-    for build in builds:
-        out = workdir / f"lock-{build}.txt"
-        out.unlink(missing_ok=True)
-        action = Action(
-            id=f"venv.resolve-{build}",
-            title=f"Resolve torch, the packages and the build requirements ({build})",
-            argv=compile_argv(str(infile), str(out), python, platform, build, answers),
-        )
-        result = run(action)
-        if result is None:
-            raise StackUnavailable("uv could not be started to resolve the stack")
-        if result.exit_code == 0 and out.is_file():
-            # uv names the input file by its path, which differs between hosts: the lock must not
-            text = out.read_text().replace(str(infile), "requirements.in")
-            return _lock_from(text, facts, answers, python, platform, key, builds)
-        if not no_solution(result.tail):
-            raise StackUnavailable(
-                f"uv could not resolve the stack with the {build} build (exit "
-                f"{result.exit_code}): {' '.join(result.tail[-4:])}",
-                action=action.id,
-            )
-        failures.append(read_failure(result.tail))
-    failure = next((f for f in failures if f.package), failures[0])
-    driver = facts.driver.version if facts.driver else None
-    raise InputError(explain(failure, builds, facts.compute_capabilities, driver, answers))
+def _plan_runner(fs: RootFS, answers: Answers, logs: Path) -> RunCommand:
+    drop: EventSink = lambda event: None  # noqa: E731
 
-
-def _lock_from(
-    text: str,
-    facts: Facts,
-    answers: Answers,
-    python: str,
-    platform: str,
-    key: str,
-    builds: list[str],
-) -> Lock:
-    pins, via = parse_pins(text)
-    if "torch" not in pins:
-        raise StackUnavailable("uv's lock has no torch in it")
-    build = locked_build(pins["torch"])
-    decided = decided_by(via, answers)
-    note = ""
-    if build != builds[0]:
-        note = (
-            f"the {builds[0]} build has no torch that {', '.join(decided)} allow; "
-            f"{build} has torch {pins['torch']}"
-        )
-    lock = Lock(
-        text=text,
-        python=python,
-        platform=platform,
-        build=build,
-        key=key,
-        decided_by=decided,
-        note=note,
-        packages=pins,
-    )
-    # e.g. PyPI's plain torch, whose CUDA these GPUs or this driver cannot run
-    problems = [p for p in lock_problems(facts, answers, lock) if "Python" not in p]
-    if problems:
-        raise InputError(
-            f"torch.packages {answers.torch.packages}: the stack uv resolved "
-            f"cannot run here: {'; '.join(problems)}"
-        )
-    return lock
-
-
-def lock_for_plan(fs: RootFS, facts: Facts, answers: Answers) -> tuple[Lock | None, str | None]:
-    """`mlsetup plan` on this machine: the lock a resolution gives now (nothing is written
-    under the root), or None and why when the index cannot be reached."""
-    with tempfile.TemporaryDirectory(prefix="mlsetup-plan-") as tmp:
-        logs = Path(tmp)
-        drop: EventSink = lambda event: None  # noqa: E731
-
-        def run(action: Action) -> Result | None:
-            try:
-                return Runner(fs, drop).run(
-                    action, logs / f"{action.id}.log", extra_env=index_secrets(answers)
-                )
-            except RunnerError:
-                return None
-
+    def run(action: Action) -> Result | None:
         try:
-            return settle_lock(fs, facts, answers, run, logs / "resolve"), None
+            return Runner(fs, drop).run(
+                action, logs / f"{action.id}.log", extra_env=index_secrets(answers)
+            )
+        except RunnerError:
+            return None
+
+    return run
+
+
+def lock_for_plan(
+    fs: RootFS, facts: Facts, answers: Answers, on_machine: bool = True
+) -> tuple[Lock | None, str | None]:
+    """`mlsetup plan`: the lock a resolution gives now (metadata only, nothing written under
+    the root), or None and why when the index cannot be reached."""
+    with tempfile.TemporaryDirectory(prefix="mlsetup-plan-") as tmp:
+        try:
+            run = _plan_runner(fs, answers, Path(tmp))
+            return settle_lock(fs, facts, answers, run, on_machine), None
         except StackUnavailable as exc:
             return None, f"{exc}; the resolution happens at apply, planned from knowledge"
+
+
+def lock_ahead(fs: RootFS, facts: Facts, answers: Answers, on_machine: bool) -> Lock:
+    """`mlsetup lock`: the hashed lock for `facts` (a recorded machine or this one), resolved
+    now; an index that cannot be reached is invalid input here (exit 2)."""
+    with tempfile.TemporaryDirectory(prefix="mlsetup-lock-") as tmp:
+        try:
+            lock = settle_lock(fs, facts, answers, _plan_runner(fs, answers, Path(tmp)), on_machine)
+        except StackUnavailable as exc:
+            raise InputError(f"{exc}; no lock written") from None
+    assert lock is not None  # a runner was given
+    return lock
 
 
 # -- the step ---------------------------------------------------------------------------------
@@ -259,6 +218,23 @@ def stack_text(lock: Lock) -> str:
     return f"torch {lock.torch}{build}{decided}" + (f"; {shown}" if shown else "")
 
 
+def _sync(choices: Choices, answers: Answers, build: str) -> list[str]:
+    """From the index the lock was resolved against; builds (of the pins that have only
+    source) only as the venv's owner, never in root's venv."""
+    return sync_argv(
+        choices.venv_python,
+        index_args(answers, build, configured()),
+        builds=choices.owner.run_as is not None,
+    )
+
+
+def _built_here(lock: Lock, choices: Choices) -> str:
+    """The pins that have only source: the venv's owner builds them during the sync."""
+    if not lock.sources:
+        return ""
+    return f"; source only, built as {choices.owner.name} at apply: {', '.join(lock.sources)}"
+
+
 def _create(choices: Choices) -> Action:
     python = choices.python
     if choices.python_system:
@@ -276,21 +252,25 @@ def _create(choices: Choices) -> Action:
             ],
             user=choices.owner.run_as,
         )
+    why = choices.python_reason or "the system has none the torch release supports"
     return Action(
         id="venv.create",
         title=f"Create a Python {python} venv at {choices.venv_path} (uv downloads "
-        f"CPython {python}: the system has none the torch release supports)",
+        f"CPython {python}: {why})",
         argv=["uv", "venv", "--python", python, choices.venv_path],
         user=choices.owner.run_as,
     )
 
 
+SMOKE_ACTION = "venv.smoke"
+
+
 def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
     return Action(
-        id="venv.smoke",
+        id=SMOKE_ACTION,
         title=f"Smoke-test torch {torch or '(as resolved)'} "
-        f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
+        f"({'CPU, gloo' if not gpus else f'{gpus} GPU' + ('s' if gpus > 1 else '')})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any
         argv=[
             choices.venv_python,
@@ -317,7 +297,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             Action(
                 id="venv.sync",
                 title="Install the stack uv resolves at apply, in one step",
-                argv=sync_argv(choices.venv_python, answers, choices.torch_build),
+                argv=_sync(choices, answers, choices.torch_build),
                 user=choices.owner.run_as,
             ),
             smoke_action(facts, choices, ""),
@@ -344,12 +324,17 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     actions += [
         Action(
             id="venv.sync",
-            title=f"Install the locked stack in one step: {stack_text(lock)}",
-            argv=sync_argv(choices.venv_python, answers, lock.build),
+            title=f"Install the locked stack in one step: {stack_text(lock)}"
+            + _built_here(lock, choices),
+            argv=_sync(choices, answers, lock.build),
             user=choices.owner.run_as,
         ),
         smoke_action(facts, choices, lock.torch),
     ]
     why = f"no venv at {path}" if venv is None else f"{path} lacks {', '.join(missing[:6])}"
     note = f" ({lock.note})" if lock.note else ""
-    return pending("venv", f"{why}: install the lock, {stack_text(lock)}{note}", actions)
+    return pending(
+        "venv",
+        f"{why}: install the lock, {stack_text(lock)}{note}{_built_here(lock, choices)}",
+        actions,
+    )

@@ -22,7 +22,10 @@ def machine_warnings(facts: Facts) -> list[str]:
             "the nouveau driver is loaded: it is blacklisted before the NVIDIA driver is "
             "installed, and a reboot is needed."
         )
-    if facts.gpus and facts.kernel.headers_installed is False:
+    # with a driver loaded its modules are built: the headers matter only to a driver install,
+    # whose plan installs them (a warning beside a satisfied driver step said otherwise)
+    loaded = facts.driver is not None and facts.driver.loaded
+    if facts.gpus and not loaded and facts.kernel.headers_installed is False:
         out.append(
             f"kernel headers for {facts.kernel.release} are missing: the driver's modules cannot "
             "be built without them (the driver step installs them)."

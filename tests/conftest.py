@@ -13,6 +13,11 @@ from tests.harness import FakeServer
 from tests.realhost.container import CACHE
 from tests.realhost.hosts import TIMINGS
 
+# No test reaches a package index over the network unless it says so: `mlsetup plan --facts`
+# resolves whenever an index answers (real PyPI, from here), so a test that wants a resolution
+# gives uv a local index (a directory works offline) or UV_OFFLINE=0 with tests/recorded_pypi.py.
+os.environ.setdefault("UV_OFFLINE", "1")
+
 
 @pytest.fixture
 def machine(tmp_path: Path) -> FakeMachine:

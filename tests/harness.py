@@ -41,6 +41,7 @@ USER_UID = 1000
 # stand-ins record it (`FakeServer.commands()`).
 DRIVER_STEP = [
     "apt-get update",
+    "apt-get curl",
     "apt-get linux-headers-6.8.0-49-generic",
     "curl https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
     "cuda-keyring_1.1-1_all.deb",
@@ -52,6 +53,7 @@ DRIVER_STEP = [
     "apt-get nvidia-open",
 ]
 
+PIP_CONF = "[global]\nindex-url = https://pypi.org/simple\n"
 ANSWERS = """version = 1
 [venv]
 path = "{venv}"
@@ -84,6 +86,11 @@ class FakeServer:
         self.tools.mkdir()
         shutil.copy2(uv, self.tools / "uv")
         self.index = torch_index(base / "index")
+        # The answers' torch index is a directory holding only torch: pip and the build
+        # requirements come from this server's default index, PyPI in its pip.conf (mlsetup
+        # adds no index of its own beside torch's). A test of its own indexes replaces it.
+        self.pip_conf = self.root / "etc/pip.conf"
+        self.pip_conf.write_text(PIP_CONF)
         self.recipes = base / "recipes"
         self._install_recipe()
         self.answers = base / "answers.toml"
@@ -137,6 +144,7 @@ class FakeServer:
             "MLSETUP_EXTENSIONS_DIR": str(self.recipes),
             "MLSETUP_DPKG_LOCK_TIMEOUT": "20",
             "PYTHONPATH": str(REPO),
+            "UV_OFFLINE": "0",  # pip and the build requirements come from PyPI (PIP_CONF)
             **extra,
         }
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -33,6 +35,74 @@ class cuda:
     def device_count():
         return 0
 """
+
+
+# An in-tree PEP 517 backend that appends "uid phase" to a log each time it runs: the package
+# that has only an sdist, whose metadata comes only from running its build (issue 21).
+UID_BACKEND = """\
+import base64, hashlib, os, zipfile
+
+NAME, VERSION, LOG = {name!r}, {version!r}, {log!r}
+META = f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\n"
+INFO = f"{{NAME}}-{{VERSION}}.dist-info"
+
+
+def _note(phase):
+    with open(LOG, "a") as f:
+        f.write(f"{{os.getuid()}} {{phase}}\\n")
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    _note("metadata")
+    os.makedirs(os.path.join(metadata_directory, INFO))
+    with open(os.path.join(metadata_directory, INFO, "METADATA"), "w") as f:
+        f.write(META)
+    return INFO
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _note("wheel")
+    files = {{
+        f"{{NAME}}.py": b"UID = True\\n",
+        f"{{INFO}}/METADATA": META.encode(),
+        f"{{INFO}}/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    }}
+    record = [
+        f"{{n}},sha256={{base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()}},{{len(d)}}"
+        for n, d in files.items()
+    ]
+    files[f"{{INFO}}/RECORD"] = ("\\n".join([*record, f"{{INFO}}/RECORD,,"]) + "\\n").encode()
+    name = f"{{NAME}}-{{VERSION}}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for member, data in files.items():
+            zf.writestr(member, data)
+    return name
+"""
+
+
+def build_sdist(directory: Path, name: str, version: str, log: Path) -> Path:
+    """`name-version.tar.gz` whose build backend (in the tree, no requirements) records the uid
+    it runs as in `log`, for the metadata and for the wheel."""
+    root = f"{name}-{version}"
+    members = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+        'backend-path = ["."]\n',
+        "backend.py": UID_BACKEND.format(name=name, version=version, log=str(log)),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for member, text in sorted(members.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{member}")
+            info.size, info.mtime, info.mode = len(data), 1796083200, 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -102,6 +172,24 @@ class PackageIndex:
         self._write_root(where)
         return wheel
 
+    def add_file(self, where: str, name: str, path: Path) -> Path:
+        """A distribution file made elsewhere (a real wheel, an sdist) on the `where` index."""
+        project = self.root / where / name
+        project.mkdir(parents=True, exist_ok=True)
+        copy = project / path.name
+        copy.write_bytes(path.read_bytes())
+        self._write_project(project)
+        self._write_root(where)
+        return copy
+
+    def add_sdist(self, where: str, name: str, version: str, log: Path) -> Path:
+        """An sdist (and no wheel) on the `where` index whose build records its uid in `log`."""
+        project = self.root / where / name
+        sdist = build_sdist(project, name, version, log)
+        self._write_project(project)
+        self._write_root(where)
+        return sdist
+
     def add_torch(self, version: str, build: str, cuda: str | None) -> Path:
         local = f"{version}+{build}"
         return self.add(
@@ -126,7 +214,7 @@ class PackageIndex:
     @staticmethod
     def _write_project(project: Path) -> None:
         links = []
-        for wheel in sorted(project.glob("*.whl")):
+        for wheel in sorted([*project.glob("*.whl"), *project.glob("*.tar.gz")]):
             digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
             href = wheel.name.replace("+", "%2B")
             links.append(f'<a href="{href}#sha256={digest}">{wheel.name}</a><br>')

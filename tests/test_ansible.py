@@ -150,7 +150,12 @@ class Fleet:
         return self._once("third")
 
     def report(self, host: str) -> dict:
+        """The host's report on the controller (mlsetup.fleet-report/1)."""
         return json.loads((self.controller / "reports" / f"{host}.json").read_text())
+
+    def last(self, host: str) -> dict:
+        """mlsetup's own report (mlsetup.report/1) of the play's last apply on the host."""
+        return self.report(host)["runs"][-1]
 
 
 def recap(run: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
@@ -231,8 +236,14 @@ def test_first_play_sets_up_reboots_once_and_fails_only_the_broken_host(fleet: F
         assert counts[host]["failed"] == 0 and counts[host]["unreachable"] == 0, shown(run)
         assert counts[host]["changed"] > 0
         report = fleet.report(host)
-        assert report["schema"] == "mlsetup.report/1"
-        assert report["result"] == "done" and report["code"] == 0 and report["failure"] is None
+        assert report["schema"] == "mlsetup.fleet-report/1" and report["host"] == host
+        assert report["outcome"] == "done" and report["code"] == 0 and report["next"] == ""
+        # the play's two applies, before and after the reboot, each mlsetup's own report
+        before, after = report["runs"]
+        assert before["schema"] == after["schema"] == "mlsetup.report/1"
+        assert before["result"] == "reboot" and before["run_id"] == after["run_id"]
+        assert after["result"] == "done" and after["code"] == 0 and after["failure"] is None
+        assert report["ran"] == before["ran"] + after["ran"] and "driver.install" in before["ran"]
         assert report["changed"] is True
         venv_python = fleet.servers[host].venv / "bin/python"
         subprocess.run([str(venv_python), "-c", "import tinyext, torch"], check=True)
@@ -241,8 +252,9 @@ def test_first_play_sets_up_reboots_once_and_fails_only_the_broken_host(fleet: F
 
     # gpu3: rebooted, then its toolkit install failed; the play says why, and what next
     assert counts["gpu3"]["failed"] == 1, shown(run)
-    failure = fleet.report("gpu3")["failure"]
-    assert fleet.report("gpu3")["result"] == "failed"
+    failure = fleet.last("gpu3")["failure"]
+    assert fleet.last("gpu3")["result"] == "failed" and fleet.report("gpu3")["outcome"] == "failed"
+    assert failure["next"] in fleet.report("gpu3")["next"]
     assert failure["action"] == "toolkit.install-13.0" and failure["diagnosis"] == "apt-broken"
     out = run.stdout
     assert "mlsetup failed on gpu3 in step toolkit, action toolkit.install-13.0 (exit 100)" in out
@@ -274,10 +286,10 @@ def test_second_play_changes_nothing(fleet: Fleet):
         assert boots(fleet.servers[host]) == 1, host
         assert fleet.report(host)["changed"] is False
     assert counts["gpu1"]["failed"] == counts["gpu2"]["failed"] == 0
-    assert fleet.report("gpu1")["ran"] == [] and fleet.report("gpu1")["result"] == "done"
+    assert fleet.report("gpu1")["ran"] == [] and fleet.report("gpu1")["outcome"] == "done"
     # gpu3 is still broken: failed again, with the same diagnosis, and nothing changed
     assert counts["gpu3"]["failed"] == 1
-    assert fleet.report("gpu3")["failure"]["diagnosis"] == "apt-broken"
+    assert fleet.last("gpu3")["failure"]["diagnosis"] == "apt-broken"
 
 
 def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: Fleet):
@@ -287,7 +299,7 @@ def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: F
     assert counts["gpu1"]["changed"] == counts["gpu2"]["changed"] == 0, shown(run)
     assert counts["gpu3"]["changed"] > 0 and counts["gpu3"]["failed"] == 0
     report = fleet.report("gpu3")
-    assert report["result"] == "done" and report["changed"] is True
+    assert fleet.last("gpu3")["result"] == "done" and report["changed"] is True
     assert report["ran"][0] == "toolkit.install-13.0"  # it went on where it had failed
     assert "extensions.tinyext.build" not in report["ran"]  # gpu1's wheel, from the controller
     assert boots(fleet.servers["gpu3"]) == 1
@@ -350,7 +362,8 @@ def test_install_from_source_then_skip_the_same_version(tmp_path: Path):
 
 def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_path: Path):
     """mlsetup's own validation runs on the controller: the host keeps its good answers, and the
-    controller keeps no report of an earlier play (none was written by this one)."""
+    controller's report of the host is this play's (refused input, no apply), not an earlier
+    one's."""
     root = tmp_path / "root"
     good = root / "etc/mlsetup/answers.toml"
     good.parent.mkdir(parents=True)
@@ -382,7 +395,9 @@ def test_invalid_answers_stop_on_the_controller_before_anything_is_copied(tmp_pa
     assert "nothing was copied to the hosts" in run.stdout
     assert good.read_text() == "version = 1\n"  # the host's answers are untouched
     assert not (root / "var/lib/mlsetup").exists()  # mlsetup never ran there
-    assert not (reports / "box.json").exists()  # the earlier play's report is gone
+    report = json.loads((reports / "box.json").read_text())  # this play's, not the old one
+    assert report["outcome"] == "refused input" and report["runs"] == [], report
+    assert "cu999" in report["message"] and str(answers) in report["next"], report
 
 
 # An mlsetup that writes a report of another schema (as a newer release might): `plan`

@@ -3,8 +3,10 @@ bad usage is exit 2 with nothing run, and a closed stdout ends quietly."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from uv import find_uv_bin
 
 from app.cli import GLOBAL_DEFAULTS, TAKES, main
 from tests.common import MACHINES, REPO
@@ -43,7 +46,12 @@ def inputs(tmp_path: Path) -> dict[str, str]:
     FakeMachine(tmp_path / "root", distro=("debian", "12"))
     answers = tmp_path / "answers.toml"
     answers.write_text(CPU_ANSWERS)
-    return {"@ROOT@": str(tmp_path / "root"), "@ANSWERS@": str(answers), "@H200@": H200}
+    return {
+        "@ROOT@": str(tmp_path / "root"),
+        "@ANSWERS@": str(answers),
+        "@H200@": H200,
+        "@OUT@": str(tmp_path / "stack.lock"),
+    }
 
 
 def _probe_os(o: Outcome) -> object:
@@ -94,6 +102,9 @@ CASES = [
     Case(["--facts", "@H200@"], "apply", ["--dry-run", "--answers", "@ANSWERS@"], _dry_run),
     Case(["--answers", "@ANSWERS@"], "plan", ["--facts", "@H200@", "--json"], _plan),
     Case(["--answers", "@ANSWERS@"], "apply", ["--dry-run", "--facts", "@H200@"], _dry_run),
+    # offline (the tests reach no index): the same refusal either way, naming the index
+    Case(["--facts", "@H200@"], "lock", ["--answers", "@ANSWERS@", "-o", "@OUT@"], _code, False),
+    Case(["--answers", "@ANSWERS@"], "lock", ["--facts", "@H200@", "-o", "@OUT@"], _code, False),
     # a command with no use for the option refuses it, wherever it stands
     Case(["--facts", "@H200@"], "probe", ["--json"], _refused),
     Case(["--answers", "@ANSWERS@"], "probe", [], _refused),
@@ -167,12 +178,20 @@ def test_answers_alone_prints_its_help(capsys: pytest.CaptureFixture[str]):
 )
 def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path):
     """`mlsetup … | head -1` where head has gone: no BrokenPipeError traceback on stderr."""
+    closed_stdout_run(sys.executable, argv, tmp_path)
+
+
+def closed_stdout_run(python: str, argv: list[str], tmp_path: Path) -> None:
+    """`(sleep 1; mlsetup ARGV) | true` with `python`: the reader is gone before the first write.
+    Its stdout is block-buffered, as in a user's shell (no PYTHONUNBUFFERED, which would write
+    each line at once and hide what is left in the buffer for the interpreter's exit)."""
     read, write = os.pipe()
-    os.close(read)  # the reader is gone before the first write
+    os.close(read)
     FakeMachine(tmp_path / "root")
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     done = subprocess.run(
         [
-            sys.executable,
+            python,
             "-m",
             "app.cli",
             *argv,
@@ -183,8 +202,60 @@ def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path):
         text=True,
         cwd=REPO,
         timeout=120,
-        env={**os.environ, "SUDO_USER": "alice"},
+        env={**environ, "SUDO_USER": "alice"},
     )
     os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode in (0, 141), (done.returncode, done.stderr)
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` that runs: on PATH, built by pyenv (whose shims answer only
+    for its selected version), or one uv finds among the system's."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python3")))
+    uv_found = subprocess.run(
+        [find_uv_bin(), "python", "find", "--python-preference", "only-system", version],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    candidates.append(uv_found.stdout.strip() if uv_found.returncode == 0 else None)
+    for candidate in filter(None, candidates):
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+def test_a_closed_stdout_ends_quietly_on_every_supported_python(
+    version: str, tmp_path: Path, uv_binary: Path
+):
+    """The same on each Python the project supports (requires-python >= 3.10; the interpreter
+    decides when a buffered stdout is flushed): a venv of that Python with mlsetup's
+    dependencies, the checkout on its path. An interpreter this machine lacks is skipped
+    (nothing downloads one)."""
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine (PATH, pyenv, uv python find)")
+    uv = str(uv_binary)
+    # no Python is fetched; the index is reached with the system's certificates, as mlsetup's
+    # own uv is (steps/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
+    no_download = {"UV_SYSTEM_CERTS": "true", **os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True, env=no_download)
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), "-r", "pyproject.toml"],
+        check=True,
+        cwd=REPO,
+        env=no_download,
+        timeout=300,
+    )
+    for argv in (["--help"], ["plan", "--facts", H200]):
+        closed_stdout_run(str(venv / "bin/python"), argv, tmp_path)

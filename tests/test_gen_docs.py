@@ -83,7 +83,7 @@ def test_bash_accepts_the_completion():
     ("words", "offered"),
     [
         (["ap"], ["apply"]),
-        ([""], ["probe", "plan", "apply", "attach", "answers"]),
+        ([""], ["probe", "plan", "lock", "apply", "attach", "answers"]),
         (["p"], ["probe", "plan"]),
         (["--dry-run", "ap"], ["apply"]),  # a global option before the command
         (["--answers", "a.toml", "ap"], ["apply"]),  # an option's value is not the command

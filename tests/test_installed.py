@@ -62,6 +62,7 @@ class Installed:
             "PATH": f"{self.venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(self.cwd),
             "LANG": "C.UTF-8",
+            "UV_OFFLINE": "1",  # plan --facts resolves when an index answers: none here
         }
 
     def run(self, *argv: str, **kw) -> subprocess.CompletedProcess[str]:

@@ -66,19 +66,30 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
     assert build.argv[-1] == "/var/cache/mlsetup/build/flash-attn-2.8.3/src"  # kept between tries
     assert build.user == "ml"
 
-    # prerequisites first, in the same venv; the source from PyPI, unpacked into the build tree
+    # prerequisites first, in the same venv; the source from PyPI, unpacked into the build tree;
+    # after the last extension, the stack is checked again
     ids = [a.id.split(".")[-1] for a in plan.step("extensions").actions]
-    assert ids == ["prerequisites", "source", "unpack", "build", "install", "smoke"]
+    assert ids == ["prerequisites", "source", "unpack", "build", "install", "smoke", "stack-check"]
     actions = {a.id.split(".")[-1]: a for a in plan.step("extensions").actions}
-    for pkg in ("packaging", "wheel", "ninja", "psutil", "setuptools"):
+    for pkg in ("pip", "packaging", "wheel", "ninja", "psutil", "setuptools"):
         assert pkg in actions["prerequisites"].argv
+    assert "--no-deps" in actions["prerequisites"].argv  # nothing but what it names
     assert actions["source"].argv[-1] == "flash-attn==2.8.3"
-    assert actions["install"].argv[-3:] == [
+    install = actions["install"].argv
+    assert install[-3:] == [
         "--find-links",
         "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels",
         "flash-attn==2.8.3",
     ]
+    # only that wheel, by the hash root pins once it has read it (steps.frozen)
+    assert {"--no-deps", "--no-index", "--require-hashes"} <= set(install)
+    assert install[install.index("--constraint") + 1] == (
+        "/var/cache/mlsetup/stack/flash-attn-2.8.3.wheel.txt"
+    )
     assert "flash_attn_func" in actions["smoke"].argv[-1]
+    check = actions["stack-check"].argv
+    assert check[1:3] == ["/var/cache/mlsetup/stack/smoke_stack.py", "--recheck"]
+    assert check[check.index("--imports") + 1 :] == ["flash_attn"]
 
     assert backend_of(plan) == "cu128"
 
@@ -227,13 +238,85 @@ def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
     assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
     plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
     ids = [a.id for a in plan.step("extensions").actions]
-    assert ids == ["extensions.flash-attn.install-wheel", "extensions.flash-attn.smoke"]
+    assert ids == [
+        "extensions.flash-attn.install-wheel",
+        "extensions.flash-attn.smoke",
+        "extensions.stack-check",
+    ]
     assert plan.step("extensions").actions[0].argv[-3:] == [
         "--find-links",
         "/shared/wheels/" + key,
         "flash-attn==2.8.3",
     ]
     assert "from wheels built earlier" in plan.step("extensions").reason
+
+
+def test_with_a_lock_every_install_after_the_sync_comes_from_it():
+    """The build requirements at the lock's versions and hashes, the wheel against the lock as
+    a constraint, nothing but what is named, and the stack check holding torch to the lock."""
+    facts = load_facts(H200)
+    answers = answers_from_toml(FLASH_ATTN, "t")
+    pins = {
+        "torch": "2.11.0+cu130",
+        "einops": "0.8.1",
+        "pip": "25.3",
+        "packaging": "25.0",
+        "wheel": "0.45.1",
+        "ninja": "1.13.0",
+        "psutil": "7.1.3",
+        "setuptools": "80.9.0",
+    }
+    lock = Lock(
+        text="".join(f"{n}=={v} \\\n    --hash=sha256:{'0' * 64}\n" for n, v in pins.items()),
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+        build="cu130",
+        key="k",
+        packages=pins,
+    )
+    venv = VenvState(path="/root/ml-env", python_version="3.12.3", packages=dict(pins))
+    plan = make_plan(facts, answers, venv, lock=lock)
+    actions = {a.id.split(".")[-1]: a for a in plan.step("extensions").actions}
+    prerequisites = actions["prerequisites"].argv
+    assert prerequisites[:6] == ["uv", "pip", "install", "--no-config", "--no-deps", "--python"]
+    assert prerequisites[-9:] == [
+        "--require-hashes",
+        "--constraint",
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "pip==25.3",
+        "packaging==25.0",
+        "wheel==0.45.1",
+        "ninja==1.13.0",
+        "psutil==7.1.3",
+        "setuptools==80.9.0",
+    ]
+    assert "--torch-backend" in prerequisites  # the same index options as the sync's
+    install = actions["install"].argv
+    constraints = [install[i + 1] for i, w in enumerate(install) if w == "--constraint"]
+    assert constraints == [
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "/var/cache/mlsetup/stack/flash-attn-2.8.3.wheel.txt",
+    ]
+    check = actions["stack-check"].argv
+    assert check[2:] == [
+        "--recheck",
+        "--torch",
+        "2.11.0+cu130",
+        "--cuda",
+        "13.0",
+        "--lock",
+        "/var/cache/mlsetup/stack/requirements.txt",
+        "--imports",
+        "flash_attn",
+    ]
+
+
+def test_flash_attns_runtime_requirement_is_resolved_with_the_stack():
+    """Its wheel goes in --no-deps: einops (its setup.py install_requires) must be in the lock."""
+    from steps.venv import stack_inputs
+
+    reqs = stack_inputs(load_facts(H200), answers_from_toml(FLASH_ATTN, "t")).requirements
+    assert "einops" in reqs and "pip" in reqs and "psutil" in reqs
 
 
 def test_explicit_max_jobs_is_the_ceiling():
@@ -346,15 +429,56 @@ def test_debian_secure_boot_enrolls_dkms_own_key(tmp_path):
 
 def test_v100_box_never_plans_a_branch_past_580(tmp_path):
     v100 = _machine(tmp_path, FRESH, "v100", V100)
-    for answers in ("", '[torch]\ncuda = "cu132"\n', '[torch]\ncuda = "cu130"\n'):
+    for answers in ("", '[torch]\ncuda = "cu126"\n', '[torch]\ncuda = "cpu"\n'):
         plan = plan_for(v100, answers)
         pin = next(a for a in plan.actions if a.id == "driver.pin")
         assert pin.argv[-1] == "nvidia-driver-pinning-580", answers
-    # cu132 needs branch 595, which has no Volta support: said, not silently installed
-    plan = plan_for(v100, '[torch]\ncuda = "cu132"\n')
-    assert any("supported only up to branch 580" in w for w in plan.warnings)
     # torch 2.15 has no build for Volta: auto takes the newest release that has (2.14, cu126)
     assert planned_torch(plan_for(v100)) == ("torch==2.14.*", "cu126")
+
+
+def _refused(tmp_path, facts, answers_toml: str) -> str:
+    """`mlsetup plan` and `mlsetup apply --dry-run` on these answers: both exit 2 before
+    anything runs, with the same message (returned)."""
+    answers = tmp_path / "refused.toml"
+    answers.write_text("version = 1\n" + answers_toml)
+    plan = run_cli("plan", "--facts", str(facts), "--answers", str(answers))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    apply = run_cli("apply", "--dry-run", "--facts", str(facts), "--answers", str(answers))
+    assert apply.returncode == 2, apply.stdout + apply.stderr
+    assert apply.stderr == plan.stderr and "Traceback" not in plan.stderr
+    return plan.stderr
+
+
+def test_a_gpu_box_never_gets_a_torch_that_cannot_run_on_its_gpus(tmp_path):
+    v100 = _machine(tmp_path, FRESH, "v100", V100)
+    # torch 2.15 has no build with Volta kernels: no silent CPU torch, but what would work
+    why = _refused(tmp_path, v100, '[torch]\nversion = "==2.15.0"\n')
+    assert 'torch.version = "==2.15.0"' in why and "Tesla V100-SXM2-32GB" in why
+    assert "the newest torch with one is 2.14 (cu126)" in why
+    assert '"==2.14.*"' in why and 'torch.cuda = "cpu"' in why
+    # the CPU build only when it is asked for
+    plan = plan_for(v100, '[torch]\nversion = "==2.15.0"\ncuda = "cpu"\n')
+    assert backend_of(plan) == "cpu"
+    # an explicit build without kernels for the GPUs: cu126 stops at Hopper, GB10 is 12.1
+    gb10 = {"name": "NVIDIA GB10", "pci_device_id": "0x2e12", "compute_capability": "12.1"}
+    why = _refused(
+        tmp_path,
+        _machine(tmp_path, FRESH, "gb10", gb10, arch="aarch64"),
+        '[torch]\ncuda = "cu126"\n',
+    )
+    assert 'torch.cuda = "cu126"' in why and "NVIDIA GB10, compute capability 12.1" in why
+    assert '"auto", "cu128", "cu129", "cu130", "cu132" or "cpu"' in why
+    why = _refused(tmp_path, v100, '[torch]\ncuda = "cu130"\n')
+    assert 'torch.cuda = "cu130"' in why and '"auto", "cu118", "cu121", "cu124", "cu126"' in why
+
+
+def test_pre_turing_gpus_refuse_open_kernel_modules(tmp_path):
+    why = _refused(
+        tmp_path, _machine(tmp_path, FRESH, "v100", V100), '[driver]\nmodules = "open"\n'
+    )
+    assert 'driver.modules = "open"' in why and "older than Turing" in why
+    assert 'allowed: "auto" or "proprietary"' in why
 
 
 def test_v100_box_refuses_driver_branch_590_naming_the_gpus(tmp_path):
@@ -387,9 +511,11 @@ def test_grace_hopper_and_blackwell_refuse_proprietary_modules(tmp_path, gpu):
 
 def test_arm_t4g_gets_no_cuda_build(tmp_path):
     t4g = {"name": "NVIDIA T4G", "pci_device_id": "0x1eb8", "compute_capability": "7.5"}
-    plan = plan_for(_machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64"))
-    assert planned_torch(plan)[1] == "cpu"
-    assert any("no torch build runs on compute capability 7.5" in w for w in plan.warnings)
+    arm = _machine(tmp_path, FRESH, "t4g", t4g, arch="aarch64")
+    why = _refused(tmp_path, arm, "")  # no silent CPU torch: the CPU build is asked for
+    assert "no torch build mlsetup knows runs on 8 GPUs (NVIDIA T4G" in why and "aarch64" in why
+    assert 'allowed: torch.cuda = "cpu"' in why
+    assert backend_of(plan_for(arm, '[torch]\ncuda = "cpu"\n')) == "cpu"
     # the same GPU on x86_64 has CUDA builds
     x86 = plan_for(_machine(tmp_path, FRESH, "t4", t4g))
     assert planned_torch(x86)[1] != "cpu"
@@ -445,3 +571,15 @@ def test_auto_torch_is_the_newest_release_for_the_venvs_python():
     assert planned_torch(plan)[0] == "torch==2.14.*"
     assert not any("no wheels for Python" in w for w in plan.warnings)
     assert planned_torch(plan_for(FRESH))[0] == "torch==2.15.*"
+
+
+def test_auto_python_from_knowledge_is_the_one_most_packages_have_wheels_for():
+    # issue 26: the system's 3.10 is not one torch 2.15 has wheels for, so uv downloads a
+    # Python; planned from knowledge (no index reached), the most widely covered one torch
+    # supports (assets/pythons.toml), not the newest it lists (3.15)
+    plan = plan_for(FRESH, '[torch]\npackages = ["vllm"]\n')
+    create = next(a for a in plan.actions if a.id == "venv.create")
+    assert create.argv[:4] == ["uv", "venv", "--python", "3.12"]
+    assert "uv downloads CPython 3.12" in create.title
+    assert "torch 2.15 has no wheels for the system's Python (3.10)" in create.title
+    assert "3.12 is the one most packages have wheels for" in create.title

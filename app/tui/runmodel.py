@@ -50,11 +50,15 @@ class MemoryView:
     def active(self) -> bool:
         return self.sample is not None or self.progress is not None
 
-    def eta_seconds(self) -> float | None:
+    def eta_seconds(self, now: float | None = None) -> float | None:
+        """What is left at the rate the objects have been done since the first count, up to
+        `now`: while no object finishes the rate falls and the ETA grows, instead of standing
+        still until the next one (45m07s at 223 s and at 255 s)."""
         first, last = self.first_progress, self.progress
         if first is None or last is None or last.done <= first.done or last.t <= first.t:
             return None
-        rate = (last.done - first.done) / (last.t - first.t)
+        now = max(now or last.t, last.t)
+        rate = (last.done - first.done) / (now - first.t)
         return (last.total - last.done) / rate
 
 
@@ -117,7 +121,11 @@ class RunModel:
             if event.status == "failed":
                 self.steps[event.step] = "failed"
             elif self._step_done(event.step):
-                self.steps[event.step] = "done"
+                # a dry run's step is walked, not done: its mark is the actions' own (○)
+                walked = any(
+                    a.status == "dry-run" for a in self.actions.values() if a.step == event.step
+                )
+                self.steps[event.step] = "dry-run" if walked else "done"
         elif isinstance(event, ev.Notice):
             self.notices.append(event.text)
             self._kept_unlocked(event)
@@ -133,10 +141,10 @@ class RunModel:
             self.finished = event
         elif isinstance(event, ev.MemorySample):
             self.memory.sample = event
-            if event.total_bytes:
-                self.memory.history.append(100.0 * event.used_bytes / event.total_bytes)
+            if (pct := budget_percent(event)) is not None:
+                self.memory.history.append(pct)
         elif isinstance(event, ev.Throttle):
-            self.memory.throttles.append(throttle_line(event, self.memory.sample))
+            self.memory.throttles.append(throttle_line(event))
         elif isinstance(event, ev.BuildProgress):
             if self.memory.first_progress is None:
                 self.memory.first_progress = event
@@ -192,10 +200,18 @@ class RunModel:
         return (now or time.time()) - (self.t0 or now or time.time())
 
 
-def throttle_line(event: ev.Throttle, sample: ev.MemorySample | None) -> str:
-    """'RAM 91% → jobs 12 → 8 (reason)', one line per governor decision."""
-    ram = ""
-    if sample is not None and sample.total_bytes:
-        ram = f"RAM {100 * sample.used_bytes / sample.total_bytes:.0f}% → "
-    reason = f" ({event.reason})" if event.reason else ""
-    return f"{ram}jobs {event.jobs_from} → {event.jobs_to}{reason}"
+def budget_percent(sample: ev.MemorySample) -> float | None:
+    """RAM as a share of the one budget the gauge draws: the build's RSS of what the governor
+    lets it hold; from an engine that did not say (an older event log), the machine's RAM."""
+    if sample.budget_bytes and sample.build_bytes is not None:
+        return 100.0 * sample.build_bytes / sample.budget_bytes
+    if sample.total_bytes:
+        return 100.0 * sample.used_bytes / sample.total_bytes
+    return None
+
+
+def throttle_line(event: ev.Throttle) -> str:
+    """'limit 12 → 8 jobs: reason', one line per governor decision: the limit it set, not a
+    second count of running jobs."""
+    reason = f": {event.reason}" if event.reason else ""
+    return f"limit {event.jobs_from} → {event.jobs_to} jobs{reason}"

@@ -72,10 +72,11 @@ class RunControl:
     # -- starting -----------------------------------------------------------------------------
 
     def ask_to_apply(self) -> None:
-        """Review's Apply: a dry run starts at once; a real one only after the operator read
-        what will change and chose Apply (Cancel has the focus)."""
+        """Review's Apply: the run starts only after the operator read what will change and
+        chose Apply (Cancel has the focus). A dry run asks the same, marked as one, so that
+        trying the wizard shows the question a real apply asks."""
         c = ConfirmController(self.session)
-        if self.session.dry_run or not c.plan().actions:  # nothing will change
+        if not c.plan().actions:  # nothing will change
             self.start_run()
             return
 
@@ -84,7 +85,14 @@ class RunControl:
                 self.start_run()
 
         self.app.push_screen(
-            ConfirmScreen(c.headline(), c.sections(), self.glyphs["dot"]), answered
+            ConfirmScreen(
+                c.headline(),
+                c.glance(),
+                c.sections(),
+                self.glyphs["dot"],
+                dry_run=self.session.dry_run,
+            ),
+            answered,
         )
 
     def start_run(self) -> None:

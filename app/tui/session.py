@@ -6,8 +6,10 @@ driven through `steps` (the same answers model and planner as `mlsetup apply`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -192,12 +194,21 @@ class Session:
 
     # -- files --------------------------------------------------------------------------------
 
-    def save_answers(self, path: Path) -> Path:
-        """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere."""
+    def save_answers(self, path: Path) -> Saved:
+        """Write the answers for `mlsetup apply --answers` / `mlsetup --answers` elsewhere.
+        Under sudo the file is written by the invoking account, so it is that account's (not
+        a root-owned file in their checkout) and root writes nothing in a directory another
+        account controls; OSError says why it could not be written."""
         path = path.expanduser().absolute()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.answers.to_toml())
-        return path
+        text = self.answers.to_toml()
+        account = invoking_account()
+        if account is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return Saved(path, None)
+        name, uid, gid = account
+        write_as(uid, gid, path, text)
+        return Saved(path, name)
 
     def write_apply_answers(self) -> Path:
         """The answers the detached engine is started with: root-only, atomically written."""
@@ -257,6 +268,64 @@ class Session:
         if self.facts_file is None:
             self.facts = probe(self.fs).facts
         return self.facts
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    owner: str | None  # the account that wrote it under sudo; None: this process's own
+
+    def __str__(self) -> str:
+        return f"{self.path} (owned by {self.owner})" if self.owner else str(self.path)
+
+
+def write_as(uid: int, gid: int, path: Path, text: str) -> None:
+    """Write `path` in a child that has become the account (uid, gid): its own permissions
+    decide, the file is its own, readable by it only (it may name a mirror with credentials),
+    and a link in place of the file is refused (O_NOFOLLOW). The child only makes system
+    calls before it exits (no exec: the interpreter may live where the account cannot
+    reach). OSError with the child's reason when it could not."""
+    data = text.encode()
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.makedirs(path.parent, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            code = 0
+        except OSError as exc:
+            os.write(write, (exc.strerror or str(exc)).encode()[:500])
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        why = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.EACCES, why or "the write failed")
+
+
+def invoking_account() -> tuple[str, int, int] | None:
+    """(name, uid, gid) of the account that ran `sudo mlsetup`; None when not under sudo."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
+    except (KeyError, ValueError):
+        return None
+    return (os.environ.get("SUDO_USER") or str(uid), uid, gid) if uid != 0 else None
 
 
 def default_save_path() -> str:

@@ -16,7 +16,7 @@ _mlsetup() {
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -d -- "$cur")
             return ;;
-        --answers|--facts)
+        --answers|--facts|--output|-o)
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -f -- "$cur")
             return ;;
@@ -26,7 +26,7 @@ _mlsetup() {
     local command="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --answers|--facts|--root|--ticket)
+            --answers|--facts|--output|--root|--ticket|-o)
                 ((i++))
                 [[ ${COMP_WORDS[i]} == "=" ]] && ((i++)) ;;
             -*) ;;
@@ -39,13 +39,14 @@ _mlsetup() {
         "") opts="-h --help --root --dry-run --answers --facts --version" ;;
         probe) opts="-h --help --root --dry-run --json" ;;
         plan) opts="-h --help --root --dry-run --answers --facts --json" ;;
+        lock) opts="-h --help --root --dry-run --answers --facts -o --output --json" ;;
         apply) opts="-h --help --root --dry-run --answers --facts --resume --foreground" ;;
         attach) opts="-h --help --root --dry-run" ;;
         answers) opts="-h --help --root --dry-run --schema" ;;
         *) return ;;
     esac
     if [[ -z $command && $cur != -* ]]; then
-        mapfile -t COMPREPLY < <(compgen -W "probe plan apply attach answers" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "probe plan lock apply attach answers" -- "$cur")
     else
         mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")
     fi

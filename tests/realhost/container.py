@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -158,6 +159,9 @@ class Container:
         self.root = self.base / "merged"
         self.console = self.base / "console.log"
         self.boots = 0
+        # a fault to play: the container powers off at its next reboot and stays down (until
+        # come_back), as a server that does not come back from its reboot
+        self.stay_down_at_reboot = False
         self._proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
         self._keeper: threading.Thread | None = None
@@ -226,7 +230,7 @@ class Container:
                 self._proc = subprocess.Popen(
                     self._argv(), stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT
                 )
-                if self._proc.wait() != REBOOT_EXIT:
+                if self._proc.wait() != REBOOT_EXIT or self.stay_down_at_reboot:
                     return
 
     def wait_ssh(self, timeout: float = BOOT_TIMEOUT) -> None:
@@ -253,6 +257,49 @@ class Container:
             assert time.monotonic() < deadline, f"{self.name} did not reboot"
             time.sleep(0.2)
         self.wait_ssh()
+
+    def come_back(self) -> None:
+        """Boot the container that stayed down at its reboot again; returns once it is up."""
+        assert self._keeper is not None and not self._keeper.is_alive()
+        self.stay_down_at_reboot = False
+        self._keeper = threading.Thread(target=self._keep_booted, daemon=True)
+        self._keeper.start()
+        self.wait_ssh()
+
+    def processes(self) -> list[int]:
+        """Every process of the container: those in the PID namespace of nspawn's child."""
+        if self._proc is None or self._proc.poll() is not None:
+            return []
+        children = Path(f"/proc/{self._proc.pid}/task/{self._proc.pid}/children")
+        init = children.read_text().split()
+        if not init:
+            return []
+        namespace = os.readlink(f"/proc/{init[0]}/ns/pid")
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.readlink(entry / "ns/pid") == namespace:
+                        found.append(int(entry.name))
+        return found
+
+    def freeze(self) -> list[int]:
+        """SIGSTOP every process of the container (its systemd, sshd, mlsetup), as a host
+        that hangs; again until no new one appears (one may fork meanwhile). The stopped pids."""
+        stopped: set[int] = set()
+        while True:
+            new = set(self.processes()) - stopped
+            if not new:
+                return sorted(stopped)
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped |= new
+
+    def thaw(self, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Power off (SIGTERM makes nspawn ask the container's systemd to), unmount, remove:

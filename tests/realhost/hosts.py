@@ -3,12 +3,16 @@ harness's) laid out for an engine that runs in one, and what an operator's sessi
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests.harness import SYSTEM_PATH, FakeServer
-from tests.realhost.container import Container
+from tests.realhost.container import SSH_OPTIONS, Container
 
 # The container's python3 (Debian 12); the engine runs there, so the answers ask for it.
 CONTAINER_PYTHON = "/usr/bin/python3"
@@ -29,6 +33,15 @@ def install_mlsetup(container: Container, wheel: Path) -> None:
         "/usr/local/bin/mlsetup && cd / && mlsetup --version",
         timeout=600,
     )
+    TIMINGS["mlsetup install"] = TIMINGS.get("mlsetup install", 0.0) + time.monotonic() - t0
+
+
+def clone_mlsetup(source: Container, target: Container) -> None:
+    """The mlsetup install_mlsetup made in `source`, copied into `target` (the same image, so
+    the same paths and Python): a fleet's worth of installs for the price of one."""
+    t0 = time.monotonic()
+    shutil.copytree(source.root / "opt/mlsetup", target.root / "opt/mlsetup", symlinks=True)
+    (target.root / "usr/local/bin/mlsetup").symlink_to("/opt/mlsetup/bin/mlsetup")
     TIMINGS["mlsetup install"] = TIMINGS.get("mlsetup install", 0.0) + time.monotonic() - t0
 
 
@@ -67,3 +80,55 @@ def container_env(server: FakeServer, **extra: str) -> dict[str, str]:
         "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
         **extra,
     }
+
+
+def ssh_host(container: Container, server: FakeServer) -> dict[str, object]:
+    """A container's inventory entry: real SSH to it as root, mlsetup's root its fake server."""
+    return {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": container.port,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(container.key),
+        "ansible_ssh_common_args": " ".join(SSH_OPTIONS),
+        "mlsetup_root": str(server.root),
+        "mlsetup_answers": str(server.answers),
+        "mlsetup_environment": container_env(server),
+        "fake_bin": str(server.bin),
+    }
+
+
+class Playbook:
+    """site.yml over `hosts` (inventory entries, all in gpu_servers with `group_vars`), run
+    from `base` with an ansible.cfg and an ANSIBLE_HOME of its own."""
+
+    def __init__(self, base: Path, hosts: dict[str, dict], group_vars: dict[str, object]) -> None:
+        self.base = base
+        self.inventory = base / "inventory.yml"
+        inventory = {"gpu_servers": {"hosts": hosts, "vars": group_vars}}
+        self.inventory.write_text(json.dumps({"all": {"children": inventory}}, indent=2))
+        self.cfg = base / "ansible.cfg"
+        self.cfg.write_text(
+            f"[defaults]\nforks = {max(5, len(hosts))}\nretry_files_enabled = False\n"
+            f"local_tmp = {base}/ansible-local\ninterpreter_python = /usr/bin/python3\n"
+            f"log_path = {base}/ansible.log\n"  # each line with its time, for a slow play
+            "[ssh_connection]\npipelining = True\n"
+        )
+
+    def run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        from tests.test_ansible import PLAYBOOK, ansible_playbook  # skips without ansible
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env.update(
+            ANSIBLE_CONFIG=str(self.cfg),
+            ANSIBLE_HOME=str(self.base / "ansible-home"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+        )
+        return subprocess.run(
+            [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.base,
+            timeout=timeout,
+        )

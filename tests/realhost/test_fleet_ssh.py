@@ -13,7 +13,6 @@ gpu2's apt was fixed (gpu2 installs gpu1's wheel, compiles nothing), and apply a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -22,9 +21,9 @@ import pytest
 
 from tests.common import REPO
 from tests.harness import FakeServer
-from tests.realhost.container import SSH_OPTIONS, Container
-from tests.realhost.hosts import TIMINGS, container_env, container_server
-from tests.test_ansible import APT_BROKEN, PLAYBOOK, ansible_playbook, boots, recap, shown
+from tests.realhost.container import Container
+from tests.realhost.hosts import TIMINGS, Playbook, container_server, ssh_host
+from tests.test_ansible import APT_BROKEN, ansible_playbook, boots, recap, shown
 
 # under xdist (tests/run.sh) on one worker: one image and one set of containers
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realhost")]
@@ -47,13 +46,19 @@ class SshFleet:
         self.servers["gpu2"].script(
             {"apt-get cuda-toolkit-13-0": {"exit": 100, "output": APT_BROKEN}}
         )
-        self.inventory = base / "inventory.yml"
-        self.inventory.write_text(json.dumps(self._inventory(), indent=2))
-        self.cfg = base / "ansible.cfg"
-        self.cfg.write_text(
-            "[defaults]\nforks = 5\nretry_files_enabled = False\n"
-            f"local_tmp = {base}/ansible-local\ninterpreter_python = /usr/bin/python3\n"
-            "[ssh_connection]\npipelining = True\n"
+        self.playbook = Playbook(
+            base,
+            {host: ssh_host(containers[host], self.servers[host]) for host in HOSTS},
+            {
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "mlsetup_dist_dir": str(self.base / "dist"),
+                "mlsetup_reboot_tasks": str(REPO / "tests/realhost/reboot_container.yml"),
+                "mlsetup_reboot_timeout": 300,
+                "mlsetup_wheelhouse_sync": str(self.controller / "wheelhouse"),
+                "mlsetup_reports_dir": str(self.controller / "reports"),
+                "mlsetup_plans_dir": str(self.controller / "plans"),
+                "mlsetup_facts_dir": str(self.controller / "facts"),
+            },
         )
         self.walls: dict[str, float] = {}
         self.after_check: dict[str, dict[str, object]] = {}
@@ -72,59 +77,9 @@ class SshFleet:
             "boots": self.containers[host].boots,
         }
 
-    def _inventory(self) -> dict:
-        hosts = {}
-        for name, server in self.servers.items():
-            container = self.containers[name]
-            hosts[name] = {
-                "ansible_host": "127.0.0.1",
-                "ansible_port": container.port,
-                "ansible_user": "root",
-                "ansible_ssh_private_key_file": str(container.key),
-                "ansible_ssh_common_args": " ".join(SSH_OPTIONS),
-                "mlsetup_root": str(server.root),
-                "mlsetup_answers": str(server.answers),
-                "mlsetup_environment": container_env(server),
-                "fake_bin": str(server.bin),
-            }
-        return {
-            "all": {
-                "children": {
-                    "gpu_servers": {
-                        "hosts": hosts,
-                        "vars": {
-                            "ansible_python_interpreter": "/usr/bin/python3",
-                            "mlsetup_dist_dir": str(self.base / "dist"),
-                            "mlsetup_reboot_tasks": str(
-                                REPO / "tests/realhost/reboot_container.yml"
-                            ),
-                            "mlsetup_wheelhouse_sync": str(self.controller / "wheelhouse"),
-                            "mlsetup_reports_dir": str(self.controller / "reports"),
-                            "mlsetup_plans_dir": str(self.controller / "plans"),
-                            "mlsetup_facts_dir": str(self.controller / "facts"),
-                        },
-                    }
-                }
-            }
-        }
-
     def play(self, name: str, *args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(
-            ANSIBLE_CONFIG=str(self.cfg),
-            ANSIBLE_HOME=str(self.base / "ansible-home"),
-            ANSIBLE_NOCOLOR="1",
-            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
-        )
         t0 = time.monotonic()
-        run = subprocess.run(
-            [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=self.base,
-            timeout=900,
-        )
+        run = self.playbook.run(*args)
         self.walls[name] = time.monotonic() - t0
         TIMINGS[f"play {name}"] = self.walls[name]
         # what this play left, for the test that looks at it after the later plays ran
@@ -208,14 +163,15 @@ def test_apply_reboots_each_host_and_fails_only_the_broken_one(fleet: SshFleet, 
     counts = recap(run)
     assert counts["gpu1"]["failed"] == 0 and counts["gpu1"]["changed"] > 0, shown(run)
     report = fleet.report("apply", "gpu1")
-    assert report["result"] == "done" and report["changed"] is True
+    assert report["outcome"] == "done" and report["changed"] is True
+    assert [run["result"] for run in report["runs"]] == ["reboot", "done"]  # the whole play
     assert "extensions.tinyext.build" in report["ran"]
     for host in HOSTS:  # paused for the driver: the role rebooted the container, then resumed
         assert fleet.after["apply"][host]["fake boots"] == 1, host
         assert fleet.after["apply"][host]["boots"] == 2, host
     assert counts["gpu2"]["failed"] == 1, shown(run)
-    assert fleet.report("apply", "gpu2")["result"] == "failed"
-    failure = fleet.report("apply", "gpu2")["failure"]
+    assert fleet.report("apply", "gpu2")["outcome"] == "failed"
+    failure = fleet.report("apply", "gpu2")["runs"][-1]["failure"]
     assert failure["action"] == "toolkit.install-13.0" and failure["diagnosis"] == "apt-broken"
     assert "mlsetup failed on gpu2 in step toolkit, action toolkit.install-13.0 (exit 100)" in (
         run.stdout
@@ -231,7 +187,7 @@ def test_the_fixed_host_installs_the_fleets_wheel_and_compiles_nothing(fleet: Ss
     assert counts["gpu1"]["changed"] == 0, shown(run)
     assert counts["gpu2"]["changed"] > 0 and counts["gpu2"]["failed"] == 0
     report = fleet.report("fixed", "gpu2")
-    assert report["result"] == "done" and report["ran"][0] == "toolkit.install-13.0"
+    assert report["outcome"] == "done" and report["ran"][0] == "toolkit.install-13.0"
     assert "extensions.tinyext.install-wheel" in report["ran"]
     assert "extensions.tinyext.build" not in report["ran"], report["ran"]
     wheels = list((fleet.controller / "wheelhouse").rglob("tinyext-0.1.0-*.whl"))
@@ -244,6 +200,6 @@ def test_a_second_apply_changes_nothing_on_either_host(fleet: SshFleet, plays):
     for host in HOSTS:
         assert recap(run)[host]["changed"] == 0, (host, shown(run))
         report = fleet.report("again", host)
-        assert report["result"] == "done", report
+        assert report["outcome"] == "done", report
         assert report["changed"] is False and report["ran"] == [], report
         assert fleet.after["again"][host]["boots"] == 2

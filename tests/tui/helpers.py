@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,16 @@ def machine(name: str) -> Path:
     return MACHINES / f"{name}.json"
 
 
+@functools.cache
+def empty_root() -> Path:
+    """A machine root with nothing in it, for sessions of a recorded machine: what the wizard
+    reads of the machine's own runs (/var/lib/mlsetup, /var/log/mlsetup: a real run's, and
+    root-only) is then this empty tree's, whoever runs the tests and whatever ran here."""
+    return Path(tempfile.mkdtemp(prefix="mlsetup-empty-root-"))
+
+
 def dry_session(facts: str, answers: Path | None = None, **kw) -> Session:
+    kw.setdefault("root", empty_root())
     return Session.load(facts=machine(facts), answers=answers, dry_run=True, **kw)
 
 
@@ -88,14 +99,17 @@ async def walk_to_review(pilot: Pilot) -> None:
 
 
 async def apply_confirmed(pilot: Pilot) -> str:
-    """Review's Apply, then the confirmation: Cancel has the focus, Tab and Enter apply.
-    Returns the confirmation's text."""
+    """Review's Apply (or Start the dry run), then the confirmation: Cancel has the focus;
+    End reads to the end of the list (Apply waits until then), Tab and Enter apply. Returns
+    the confirmation's text."""
     await pilot.press("enter")
-    await pilot.pause()
     app = pilot.app
-    assert type(app.screen).__name__ == "ConfirmScreen", type(app.screen).__name__
+    await wait_until(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", what="Apply?")
+    await pilot.pause()
     assert app.focused is not None and app.focused.id == "cancel"
     text = shown(app)
+    await pilot.press("end")
+    await wait_until(pilot, lambda: getattr(app.screen, "seen_all", False), what="Apply let go")
     await pilot.press("tab", "enter")
     await pilot.pause()
     return text

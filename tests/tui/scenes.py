@@ -82,6 +82,8 @@ def build_running() -> list[ev.Event]:
                 jobs_running=12 if i < 45 else 8,
                 jobs_allowed=12 if i < 45 else 8,
                 jobs_frozen=0 if i < 45 else 1,
+                build_bytes=used // 2,  # the build holds half of what is in use
+                budget_bytes=total // 2,  # build.memory_limit = "64GiB"
                 t=T0 + 5 + i,
             )
         )

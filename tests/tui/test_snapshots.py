@@ -143,13 +143,17 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
     elif screen == "reboot":
         app = app_for("fresh-h100x8-ubuntu2204")
         app.session.dry_run = False  # the question only comes after a real driver install
+        app.session.is_root = True  # as `sudo mlsetup` shows it, whoever runs the tests
         app.model.dry_run = False
         run_before = feed(scenes.reboot_paused(), action="driver.install")
     elif screen == "summary":
         app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
 
         async def run_before(pilot) -> None:
+            # five Continues, then the dry run's confirmation: End reads it all, Tab, Enter
             await press(*["enter"] * 6)(pilot)
+            await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
+            await press("end", "tab", "enter")(pilot)
             await wait_until(pilot, lambda: pilot.app.model.finished is not None)
             await pilot.press("enter")
             await pilot.pause(0.3)
@@ -169,6 +173,17 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
     else:
         app = resume_app(tmp_path)
     assert snap_compare(app, terminal_size=SIZES[size], run_before=still(run_before))
+
+
+def test_review_at_60x20(snap_compare) -> None:
+    """The narrowest screen an operator may have: the key bar on one line, the whole trail."""
+    app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
+
+    async def run_before(pilot) -> None:
+        await press("6")(pilot)
+        await wait_until(pilot, lambda: getattr(pilot.app.screen, "STEP", "") == "review")
+
+    assert snap_compare(app, terminal_size=(60, 20), run_before=still(run_before))
 
 
 def resume_app(tmp_path: Path) -> WizardApp:
@@ -224,6 +239,7 @@ def resume_app(tmp_path: Path) -> WizardApp:
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(state))
     session = Session.load(root=root)
+    session.is_root = True  # as `sudo mlsetup` shows it, whoever runs the tests
     app = WizardApp(session, plain=False)
     assert app.opening == "resume"
     return app

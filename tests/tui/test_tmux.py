@@ -1,5 +1,6 @@
 """The tmux walkthrough (tests/tmux_walkthrough.py): a whole dry run driven by key presses
-at 80x24, read back with capture-pane, ending on the Summary with the answers saved."""
+at 80x24, in colour and under NO_COLOR, read back with capture-pane, ending on the Summary
+with the answers saved."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ from tests.common import REPO
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_tmux_walkthrough_of_a_whole_dry_run(tmp_path):
+@pytest.mark.parametrize("colour", ["colour", "no-color"])
+def test_tmux_walkthrough_of_a_whole_dry_run(tmp_path, colour):
+    """At 80x24, in colour and under NO_COLOR=1 (where a refused field must carry its mark)."""
+    extra = ["--no-color"] if colour == "no-color" else []
+    walk = [sys.executable, str(REPO / "tests" / "tmux_walkthrough.py"), "--keep", str(tmp_path)]
     run = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "tmux_walkthrough.py"), "--keep", str(tmp_path)],
+        [*walk, "--size", "80x24", *extra],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
     assert "walkthrough OK" in run.stdout

@@ -16,7 +16,15 @@ from app.tui.screens.summary import SummaryScreen
 from app.tui.widgets.fields import ChoiceField
 from steps import events as ev
 from tests.common import run_cli
-from tests.tui.helpers import Recorder, dry_session, machine, shown, wait_until, walk_to_review
+from tests.tui.helpers import (
+    Recorder,
+    apply_confirmed,
+    dry_session,
+    machine,
+    shown,
+    wait_until,
+    walk_to_review,
+)
 
 
 async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_same_plan(tmp_path):
@@ -56,19 +64,28 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         await pilot.press("enter")  # Review
         plan_shown = app.screen.controller.plan_json()
         assert "The plan:" in shown(app)
-        await pilot.press("enter")  # the dry run
+        # the dry run asks first, as a real apply does, marked as a dry run
+        confirm = await apply_confirmed(pilot)
+        assert (
+            confirm.startswith("DRY RUN: walk 13 actions for rtx-pro-6000")
+            and "Nothing runs" in confirm
+        )
         assert isinstance(app.screen, RunScreen)
         await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
         await pilot.pause()
         assert app.model.finished.code == 0
         assert all(a.status == "dry-run" for a in app.model.actions.values())
-        assert "dry run finished: nothing was changed" in shown(app)
+        assert "dry run finished (exit 0): nothing was changed" in shown(app)
 
         await pilot.press("enter")
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        assert "Dry run complete: 13 action(s) would run" in text
+        # 13, the stack check after the extensions, and the repo setup's lists and curl
+        assert "Dry run complete: 16 actions would run; none ran" in text
+        assert "Use the venv" not in text  # none was made: what a real apply would leave instead
+        assert app.screen.query("#would-leave")  # the section a real apply would leave
+        assert "flash-attn 2.8.3 built for compute 12.0" in text
         assert "source /home/ml/ml-env/bin/activate" in text
 
         saved = tmp_path / "answers.toml"
@@ -112,7 +129,7 @@ async def test_invalid_choices_are_refused_in_place_with_the_reason():
         text = shown(app)
         assert 'driver.branch = "12": allowed: "auto" or a driver branch from 570 on' in text
         assert app.session.answers.driver.branch == "auto"  # the model kept the valid value
-        await pilot.press("enter")  # Continue is refused while a field is invalid
+        await pilot.click("#next")  # Continue is refused while a field is invalid
         await pilot.pause()
         assert type(app.screen).__name__ == "StepScreen" and app.screen.name == "driver"
 
@@ -158,12 +175,12 @@ async def test_gpu_less_box_plans_a_cpu_venv_and_says_why():
         assert "(cpu build)" in shown(app) and "--torch-backend cpu" in shown(app)
         await pilot.press("enter", "enter")
         assert "3 action(s) to run" in shown(app)
-        await pilot.press("enter")
+        await apply_confirmed(pilot)
         await wait_until(pilot, lambda: app.model.finished is not None)
         assert app.model.steps == {
             "driver": "satisfied",
             "toolkit": "satisfied",
-            "venv": "done",
+            "venv": "dry-run",  # walked, not done: nothing ran
             "extensions": "satisfied",
         }
         await pilot.press("enter")
@@ -191,7 +208,7 @@ async def test_help_screen_and_back_navigation():
 async def test_not_root_shows_the_plan_but_applying_says_it_needs_root(tmp_path):
     from app.tui.session import Session
 
-    session = Session.load(facts=machine("h200-ubuntu2404"), dry_run=False)
+    session = Session.load(root=tmp_path, facts=machine("h200-ubuntu2404"), dry_run=False)
     app = WizardApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         assert "--facts shows a recorded machine" in _review_text(await _to_review(pilot))

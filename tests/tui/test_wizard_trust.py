@@ -16,7 +16,14 @@ from app.tui.screens.run import RunScreen
 from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
 from app.tui.widgets.logpane import LogPane
-from tests.tui.helpers import Recorder, dry_session, shown, wait_until, walk_to_review
+from tests.tui.helpers import (
+    Recorder,
+    apply_confirmed,
+    dry_session,
+    shown,
+    wait_until,
+    walk_to_review,
+)
 
 RTX = "rtx-pro-6000-ubuntu2404"
 
@@ -129,7 +136,7 @@ async def test_apply_asks_first_and_cancel_is_the_default(tmp_path):
         assert isinstance(app.screen, ConfirmScreen)
         assert app.focused is not None and app.focused.id == "cancel"
         text = shown(app)
-        assert "Apply" in text and "action(s)" in text and "venv" in text.lower()
+        assert "Apply" in text and "actions" in text and "venv" in text.lower()
         await pilot.press("enter")  # the seventh Enter: Cancel
         await pilot.pause()
         assert type(app.screen).__name__ == "ReviewScreen"
@@ -216,7 +223,14 @@ async def test_term_linux_draws_only_ascii_on_every_screen(monkeypatch):
         app.screen.query_one("#add-name", Select).action_show_overlay()
         await pilot.pause()
         assert screen_chars() == set()
-        await pilot.press("escape", "6", "enter")
+        await pilot.press("escape", "6")
+        await pilot.pause()
+        await pilot.press("enter")  # the dry run's confirmation, in ASCII too
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.pause()
+        assert screen_chars() == set()
+        await pilot.press("escape")
+        await apply_confirmed(pilot)
         await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
         await pilot.pause()
         assert screen_chars() == set()
@@ -229,7 +243,7 @@ async def test_the_final_log_line_is_whole_at_80_columns():
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(80, 24)) as pilot:
         await walk_to_review(pilot)
-        await pilot.press("enter")
+        await apply_confirmed(pilot)
         await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
         await pilot.pause(0.3)
         assert isinstance(app.screen, RunScreen)
@@ -262,13 +276,17 @@ async def test_refusals_are_shown_where_decided_and_in_the_summary_and_nothing_l
         assert 'toolkit.versions = []: allowed: "auto" or a list of CUDA releases' in shown(app)
         assert "Wanted: none; torch is the CPU build." in shown(app)
         assert "CUDA None" not in shown(app)
-        await pilot.press("5")
+        await pilot.press("escape")  # the refused edit is cancelled; the focus may move on
+        await pilot.pause()
+        await pilot.press("tab", "5")
         await pilot.pause()
         await pilot.press("a", *"2.8.3", "enter")
         await pilot.pause()
         text = shown(app)
         assert "flash-attn 2.8.3 skipped: torch is the CPU build" in text  # on its own screen
-        await pilot.press("6", "enter")
+        await pilot.press("6")
+        await pilot.pause()
+        await apply_confirmed(pilot)
         await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
         await pilot.press("enter")
         await pilot.pause()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from textual.widgets import OptionList
 
 from app.tui.app import WizardApp
 from app.tui.feed import EngineFeed
 from app.tui.screens.run import RunScreen
-from app.tui.widgets.gauge import MemoryGauge
+from app.tui.widgets.gauge import BudgetChart, MemoryGauge, RamBar
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
 from tests.tui import scenes
@@ -75,12 +76,26 @@ async def test_memory_gauge_and_log_pane_during_a_build():
         gauge = screen.query_one(MemoryGauge)
         assert gauge.display
         text = shown(app)
-        assert "jobs 8 running / 8 allowed / 1 frozen" in text
-        assert "build 30/73 · ETA 1m36s" in text
-        assert "RAM 92% → jobs 12 → 8 (available below the guard band)" in text
+        # one count of jobs (the governor's limit named as such, not a second count) and
+        # one budget: the bar, its figures and the chart all measure the build's 64 GiB
+        assert "jobs 8 running, 1 frozen (limit 8)" in text
+        assert text.count("jobs") == 2  # that line, and the decision's "limit 12 → 8 jobs"
+        assert "limit 12 → 8 jobs: available below the guard band" in text
+        bar = str(gauge.query_one(RamBar).render())
+        assert bar.startswith("build ") and bar.endswith(
+            " 72% 46.1/64.0 GiB · machine 72% · swap 0.0 GiB"
+        )
+        chart = gauge.query_one(BudgetChart)
+        assert chart.history[-1] == pytest.approx(72.0, abs=0.5)  # % of the budget, as the bar
         assert "running 1m05s · Compile flash-attn 2.8.3" in text
         levels = [m.level for m in seen.of(MemoryGauge.Pressure)]
         assert levels == ["warn", "high", "ok"]
+        # the ETA moves with the clock while no object finishes (30/73 at 64 s and at 95 s)
+        assert "build 30/73 · ETA 1m38s" in text  # 24 objects in 55 s, 43 left
+        app.clock = lambda: scenes.T0 + 95
+        screen._tick()
+        await pilot.pause()
+        assert "build 30/73 · ETA 2m32s" in shown(app)  # 24 objects in 85 s, 43 left
 
         pane = screen.query_one(LogPane)
         assert screen.showing == "extensions.flash-attn.build"
@@ -160,6 +175,11 @@ async def test_an_offline_stack_resolution_that_kept_the_venv_is_a_note_not_a_fa
         await pilot.pause()
         options = app.screen.query_one("#actions", OptionList)
         labels = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
-        assert f"! {resolve} (offline: kept the venv unlocked)" in labels
+        # titles, not ids, each on one row of the list with its mark
+        assert "! Resolve (offline: venv unlocked)" in labels
+        assert "· Compile flash-attn 2.8.3" in labels
+        assert not any("extensions." in label or resolve in label for label in labels)
+        width = options.scrollable_content_region.width
+        assert all(len(label) <= width for label in labels), (width, labels)
         assert app.model.actions[resolve].status == "offline"
         assert app.model.steps["venv"] != "failed"

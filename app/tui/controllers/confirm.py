@@ -3,17 +3,12 @@ toolkits, the venv, builds with their expected time and RAM, and the reboot."""
 
 from __future__ import annotations
 
+from app.tui.controllers.buildtime import build_time, jobs_text
+from app.tui.controllers.buildtime import minutes as build_minutes
 from app.tui.controllers.todo import reboot_lines, reboots
 from app.tui.session import Session
-from steps.choices import BuildTarget
 from steps.plan import Action, Plan
 from steps.units import gib
-
-# Measured (DESIGN.md, "Measured on the H200 server"): flash-attn 2.8.3 for one arch (sm_90)
-# with the governor on 16 cores took 20 min 30 s. Compile time grows with the archs and falls
-# with the cores; a recipe not measured says so. (Belongs beside the recipe in
-# assets/extensions.toml once that file carries build times.)
-MEASURED_BUILD = {"flash-attn": (20.5, 16)}  # minutes for one arch, on that many cores
 
 
 def apt_packages(action: Action) -> list[str]:
@@ -30,17 +25,6 @@ def apt_packages(action: Action) -> list[str]:
         elif not word.startswith("-"):
             out.append(word)
     return out
-
-
-def build_time(target: BuildTarget, cores: int | None) -> str:
-    measured = MEASURED_BUILD.get(target.recipe.name)
-    if measured is None:
-        return "time not measured for this extension"
-    minutes, on = measured
-    # more jobs than were measured are not counted as faster: the longest objects set the pace
-    jobs = max(1, min(target.max_jobs, cores or 1, on))
-    estimate = minutes * len(target.compute_capabilities) * on / jobs
-    return f"about {estimate:.0f} min ({minutes:g} min measured for one arch, {on} jobs)"
 
 
 class ConfirmController:
@@ -86,7 +70,7 @@ class ConfirmController:
                 lines.append(
                     f"{t.answer.name} {t.answer.version} for compute "
                     f"{', '.join(t.compute_capabilities)}: {build_time(t, f.cpu.logical)}; "
-                    f"RAM up to {usable}, up to {t.max_jobs} jobs at once"
+                    f"RAM up to {usable}, up to {jobs_text(t.max_jobs)} at once"
                 )
             out.append(("Builds", lines or [pending["extensions"].reason]))
         if reboots(plan):
@@ -107,4 +91,25 @@ class ConfirmController:
 
     def headline(self) -> str:
         n = len(self.plan().actions)
-        return f"Apply {n} action(s) to {self.session.machine_label}?"
+        actions = "1 action" if n == 1 else f"{n} actions"
+        if self.session.dry_run:
+            return f"DRY RUN: walk {actions} for {self.session.machine_label}? Nothing runs."
+        return f"Apply {actions} to {self.session.machine_label}?"
+
+    def glance(self) -> str:
+        """What weighs most, above the list: the reboot (and the console it may need) and
+        the compile time."""
+        s = self.session
+        parts = []
+        if reboots(self.plan()):
+            console = (
+                " (Secure Boot: the module key is enrolled at the console)"
+                if s.facts.secure_boot == "enabled"
+                else ""
+            )
+            parts.append(f"a reboot{console}")
+        times = [build_minutes(t, s.facts.cpu.logical) for t in s.choices().build_targets]
+        known = [m for m in times if m is not None]
+        if known:
+            parts.append(f"about {sum(known):.0f} min of compiling")
+        return f"Needs {'; '.join(parts)}." if parts else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.machine_summary import machine_rows
+from app.tui.controllers.buildtime import slow_builds
 from app.tui.session import Session
 from steps.warnings import machine_warnings
 
@@ -20,6 +21,7 @@ class MachineController:
             *machine_warnings(self.session.facts),
             *self.session.notes,
             *self.session.plan().warnings,
+            *slow_builds(self.session),
         ]:
             if w not in seen:
                 seen.append(w)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.tui.controllers.buildtime import slow_builds
 from app.tui.session import Session
 from steps.plan import Plan
 
@@ -18,6 +19,10 @@ class ReviewController:
 
     def plan_json(self) -> dict[str, Any]:
         return json.loads(self.plan().to_json())
+
+    def warnings(self) -> list[str]:
+        """The plan's refusals and warnings, and the builds this machine makes slow."""
+        return [*self.plan().warnings, *slow_builds(self.session)]
 
     def why_not(self) -> str | None:
         return self.session.why_not_apply()

@@ -13,6 +13,7 @@ STEP_STYLES = {
     "satisfied": "$success",
     "failed": "$error",
     "running": "$accent",
+    "dry-run": "$text-muted",  # walked by the dry run, nothing done: its actions' own mark
 }
 
 
@@ -34,9 +35,14 @@ def status_line(model: RunModel, g: Glyphs, now: float) -> str:
         text = f"The engine stopped: {m.lost}"
     elif m.finished is not None:
         f = m.finished
-        text = f"finished: {f.result} (exit {f.code}) {dot} Enter: summary"
+        # what Enter does then is the key bar's to say, on the row below
+        text = f"finished: {f.result} (exit {f.code})"
         if m.dry_run:
-            text = f"dry run finished: nothing was changed (exit {f.code}) {dot} Enter: summary"
+            n = sum(1 for a in m.actions.values() if a.status == "dry-run")
+            would = "1 action" if n == 1 else f"{n} actions"
+            text = (
+                f"dry run finished (exit {f.code}): nothing was changed; a real apply runs {would}"
+            )
     elif m.current:
         view = m.actions.get(m.current)
         ran = duration(m.elapsed(now), tenths=False)

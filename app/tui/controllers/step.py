@@ -5,8 +5,10 @@ planner each time it is asked, so a screen shown after Back is current."""
 from __future__ import annotations
 
 from app.tui.controllers.answerfields import select, text
+from app.tui.controllers.buildtime import jobs_text, slow_builds
 from app.tui.session import Session, parse_value, show_value
 from app.tui.widgets.fields import FieldSpec
+from steps.answers import BuildAnswers
 from steps.knowledge import knowledge
 from steps.plan import Step
 from steps.units import gib
@@ -60,7 +62,7 @@ class StepController:
         specs = []
         for i, ext in enumerate(self.session.answers.extensions):
             specs += [
-                text(f"extensions[{i}].version", f"{ext.name} version"),
+                text(f"extensions[{i}].version", ext.name),
                 text(f"extensions[{i}].archs", "  archs", "list"),
                 select(f"extensions[{i}].source", "  source"),
             ]
@@ -77,6 +79,8 @@ class StepController:
     def set(self, spec: FieldSpec, raw: str) -> str | None:
         """Apply what was typed; the reason it is refused, or None."""
         value = parse_value(raw, spec.kind)
+        if spec.key == "build.memory_reserve" and value == "auto":
+            value = BuildAnswers.model_fields["memory_reserve"].default  # auto as elsewhere
         if (
             spec.key == "torch.cuda"
             and value not in ("auto", "cpu")
@@ -94,22 +98,43 @@ class StepController:
         have = {e.name for e in self.session.answers.extensions}
         return [n for n in knowledge().extensions if n not in have]
 
+    @staticmethod
+    def known_version(name: str) -> str:
+        """The release its recipe was checked against: what the Add box starts with."""
+        return knowledge().extensions[name].checked
+
     def add(self, name: str, version: str) -> str | None:
         if not version.strip():
-            return f"extensions: {name} needs a version, e.g. 2.8.3 for flash-attn"
+            return (
+                f"extensions: {name} needs a version, e.g. {self.known_version(name)} "
+                "(the release its recipe was checked against)"
+            )
         return self.session.add_extension(name, version.strip())
 
     def remove(self, index: int) -> None:
         self.session.remove_extension(index)
 
     def warnings(self) -> list[str]:
-        """What the planner refused or warns about that this step decides."""
+        """What the planner refused or warns about that this step decides, less what the
+        step's own lines above it already say (the Driver screen said "no NVIDIA driver is
+        loaded" twice)."""
         ws = self.session.plan().warnings
         if self.name == "extensions":
             names = [e.name for e in self.session.answers.extensions]
-            return [w for w in ws if any(w.startswith(n + " ") for n in names)]
+            mine = [w for w in ws if any(w.startswith(n + " ") for n in names)]
+            return mine + slow_builds(self.session)
         words = WARNING_WORDS[self.name]
-        return [w for w in ws if any(word in w for word in words)]
+        said = " ".join(self.existing()).lower()
+        return [
+            w for w in ws if any(word in w for word in words) and w.rstrip(".").lower() not in said
+        ]
+
+    def skipped(self) -> list[str]:
+        """Extensions asked for that the plan leaves out (each one's why is a warning)."""
+        built = {t.answer.name for t in self.session.choices().build_targets}
+        return [
+            f"{e.name} {e.version}" for e in self.session.answers.extensions if e.name not in built
+        ]
 
     def existing(self) -> list[str]:
         """What is already on the machine for this step, and what is wanted, in plain words."""
@@ -139,11 +164,7 @@ class StepController:
                 f"Wanted: branch {c.driver_branch} or newer, {c.driver_modules} modules, "
                 f"to run {runs}."
             )
-        if f.nouveau_loaded:
-            out.append("nouveau is loaded: it is blacklisted, then a reboot.")
-        if f.secure_boot == "enabled" and f.gpus:
-            out.append("Secure Boot is on: the module's key must be enrolled at next boot.")
-        return out
+        return out  # nouveau, Secure Boot and missing headers: the warnings below say each
 
     def _toolkit(self) -> list[str]:
         f, c = self.session.facts, self.session.choices()
@@ -185,7 +206,7 @@ class StepController:
         for t in c.build_targets:
             out.append(
                 f"{t.answer.name} {t.answer.version}: compute {', '.join(t.compute_capabilities)}, "
-                f"CUDA_HOME {t.cuda_home}, up to {t.max_jobs} jobs."
+                f"CUDA_HOME {t.cuda_home}, up to {jobs_text(t.max_jobs)}."
             )
         out.append(
             f"{f.cpu.logical or '?'} cores, {gib(f.memory.available_bytes)} RAM free: a live "

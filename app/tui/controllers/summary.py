@@ -8,8 +8,9 @@ from pathlib import Path
 
 from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
-from app.tui.session import Session
+from app.tui.session import DEFAULT_SAVE, Session
 from steps.engine import RESUME_COMMAND
+from steps.knowledge import knowledge
 from steps.paths import Paths
 from steps.plan import Action
 from steps.runner import Runner, RunnerError
@@ -49,8 +50,8 @@ class SummaryController:
         if m.dry_run:
             n = sum(1 for a in m.actions.values() if a.status == "dry-run")
             return (
-                f"Dry run complete: {n} action(s) would run; nothing was changed on this "
-                f"machine (exit {f.code})."
+                f"Dry run complete: {n} {'action' if n == 1 else 'actions'} would run; none "
+                f"ran and nothing was changed on this machine (exit {f.code})."
             )
         return f"{f.result}: {f.summary} (exit {f.code})"
 
@@ -59,8 +60,46 @@ class SummaryController:
             return None
         return str(Paths(self.session.fs).log_dir / self.model.run_id)
 
-    def activate(self) -> str:
-        return activate_line(self.session)
+    def activate(self) -> str | None:
+        """The line that activates the venv, where there is one to use: after a real run that
+        ended well, or a venv already on the machine (not after a dry run that made none)."""
+        m = self.model
+        done = m.finished is not None and m.finished.code == 0 and not m.dry_run
+        if done or (not m.dry_run and self.session.venv() is not None):
+            return activate_line(self.session)
+        return None
+
+    def would_leave(self) -> list[str]:
+        """After a dry run: what a real apply of the same plan would leave on the machine."""
+        if not self.model.dry_run or self.model.finished is None:
+            return []
+        s = self.session
+        c, plan = s.choices(), s.plan()
+        pending = {st.name for st in plan.steps if st.status == "pending"}
+        out = []
+        if "driver" in pending:
+            out.append(
+                f"NVIDIA driver {c.driver_branch} ({c.driver_modules} kernel modules), "
+                "loaded after a reboot"
+            )
+        if "toolkit" in pending:
+            out += [
+                f"CUDA {t} at {knowledge().repo.toolkit_path_for(t)}"
+                for t in c.toolkits
+                if s.facts.toolkit(t) is None
+            ]
+        if "venv" in pending:
+            out.append(
+                f"the venv {c.venv_path} (owned by {c.owner.name}) with {c.torch_requirement} "
+                f"({c.torch_build} build); then: {activate_line(s)}"
+            )
+        if "extensions" in pending:
+            out += [
+                f"{t.answer.name} {t.answer.version} built for compute "
+                f"{', '.join(t.compute_capabilities)}"
+                for t in c.build_targets
+            ]
+        return out or ["nothing new: every step is already satisfied here"]
 
     def todo(self) -> list[str]:
         """What the operator must still do, in order."""
@@ -79,10 +118,10 @@ class SummaryController:
             return reboot_lines(self.session)
         if m.dry_run:
             return [
-                "Nothing ran. To apply this plan: sudo mlsetup, or save the answers "
-                "(ctrl+s) and run: sudo mlsetup apply --answers FILE"
+                "Nothing ran and nothing was changed. To apply this plan: sudo mlsetup, or "
+                "save the answers (ctrl+s) and run: sudo mlsetup apply --answers FILE"
             ]
-        return [f"Use the venv: {self.activate()}"]
+        return [f"Use the venv: {activate_line(self.session)}"]
 
     def refused(self) -> list[str]:
         """What the planner refused or warned about, with why (the Review's warnings)."""
@@ -149,13 +188,14 @@ class SummaryController:
         return out
 
     def save(self, raw: str) -> tuple[Path | None, str]:
-        path = Path(raw.strip() or "./mlsetup-answers.toml")
+        """Save the answers; (the path, what to say) or (None, why it could not)."""
+        path = Path(raw.strip() or DEFAULT_SAVE)
         try:
             saved = self.session.save_answers(path)
         except OSError as exc:
-            return None, f"cannot write {path}: {exc.strerror}"
-        return saved, (
-            f"Saved to {saved}. Replay it elsewhere: sudo mlsetup apply --answers {saved}"
+            return None, f"cannot write {path}: {exc.strerror or exc}"
+        return saved.path, (
+            f"Saved to {saved}. Replay it elsewhere: sudo mlsetup apply --answers {saved.path}"
         )
 
     def help(self) -> str:

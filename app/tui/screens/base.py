@@ -1,22 +1,26 @@
 """What every wizard screen has: the trail at the top (a number key jumps to a step), a
-heading, key hints at the bottom, help written for that screen, and a body recomputed from
-the answers each time the screen is shown again (the planner is the one source of truth)."""
+heading, the key bar at the bottom (the focused screen's keys, for the focused widget), help
+written for that screen, and a body recomputed from the answers each time the screen is shown
+again (the planner is the one source of truth)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import cast
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widget import Widget
+from textual.widgets import Button, Input, Select, Static
 
 from app.tui.controllers import SummaryController
 from app.tui.screens.modals import SaveScreen
-from app.tui.widgets.fields import Trail
+from app.tui.widgets.fields import ChoiceField, Trail
+from app.tui.widgets.keybar import KeyBar, KeyHint
 from app.tui.wizard import Wizard
 
 JUMPS = ("machine", "driver", "toolkit", "venv", "extensions", "review")
@@ -37,7 +41,7 @@ class WizardScreen(Screen):
         Binding("pagedown", "page(1)", "Scroll down", show=False),
         *(Binding(str(n), f"jump('{s}')", s, show=False) for n, s in enumerate(JUMPS, 1)),
     ]
-    KEYS_HINT = "Tab moves - 1-6 jump to a step"
+    AUTO_FOCUS = "#next"  # Continue, from the first frame (not the first field, then Continue)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -64,7 +68,7 @@ class WizardScreen(Screen):
         yield Trail(self.STEP, self.wizard.glyphs, id="trail")
         yield Static(self._heading_text(), id="heading", markup=False)
         yield from self.body()
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def _heading_text(self) -> str:
         mode = self.wizard.mode_label()
@@ -73,12 +77,63 @@ class WizardScreen(Screen):
     def body(self) -> ComposeResult:
         yield from ()
 
-    def keys_hint(self) -> Static:
-        hint = self.KEYS_HINT.replace(" - ", f" {self.wizard.glyphs['dot']} ")
-        return Static(hint, classes="keys", markup=False)
+    # -- the key bar --------------------------------------------------------------------------
+
+    def key_hints(self) -> list[KeyHint]:
+        """Every key of this screen as it works now, most used first: Enter for the focused
+        control, Esc, moving, then this screen's own keys, then save, help and quit."""
+        focused = self.focused
+        if isinstance(focused, Widget) and isinstance(focused.parent, Select):
+            return [("Enter", "pick"), ("Esc", "close"), *self.app_hints(typing=False)]
+        typing = isinstance(focused, Input)
+        out: list[KeyHint] = []
+        if isinstance(focused, Button):  # its name where the label is long for the bar
+            out.append(("Enter", str(focused.name or focused.label).lower()))
+        elif typing:
+            out.append(("Enter", "accept"))
+        elif isinstance(focused, Select):
+            out.append(("Enter", "choose"))
+        row = focused.parent if typing and focused is not None else None
+        field = row.parent if row is not None else None  # a field's Input sits in its row
+        if isinstance(field, ChoiceField) and field.editing:
+            out.append(("Esc", "cancel edit"))
+        elif self.can_go_back():
+            out.append(("Esc", "back"))
+        out.append(("Tab", "next"))
+        if not typing and self.wizard.nav.can_jump():
+            out.append(("1-6", "step"))
+        if any(body.max_scroll_y > 0 for body in self.query("#body")):
+            out.append(("PgDn", "page"))
+        return out + self.screen_hints(typing) + self.app_hints(typing)
+
+    def screen_hints(self, typing: bool) -> list[KeyHint]:
+        """This screen's own keys (the Extensions' `a`, the Summary's `r`)."""
+        return []
+
+    def app_hints(self, typing: bool) -> list[KeyHint]:
+        return [("^s", "save"), ("F1" if typing else "?", "help"), ("^q", "quit")]
+
+    def refresh_keys(self) -> None:
+        for bar in self.query(KeyBar):
+            bar.show(self.key_hints())
+
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        self.call_after_refresh(self.refresh_keys)
+
+    def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
+        self.call_after_refresh(self.refresh_keys)
+
+    def on_input_changed(self, _event: Input.Changed) -> None:
+        self.refresh_keys()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.call_after_refresh(self.refresh_keys)
 
     def on_mount(self) -> None:
         self.focus_default()
+        self.bindings_updated_signal.subscribe(self, lambda _screen: self.refresh_keys())
+        self.refresh_keys()  # in the first frame, then again once the focus has settled
+        self.call_after_refresh(self.refresh_keys)
 
     def focus_default(self) -> None:
         for button in self.query("#next"):
@@ -96,6 +151,7 @@ class WizardScreen(Screen):
         if self.app.screen is self and self.is_attached:
             await self.recompose()
             self.focus_default()
+            self.call_after_refresh(self.refresh_keys)
 
     def action_page(self, direction: int) -> None:
         for body in self.query("#body"):
@@ -122,14 +178,19 @@ class WizardScreen(Screen):
         self.wizard.nav.jump(step)
 
     def action_save_answers(self) -> None:
-        """ctrl+s: the answers to a file the operator names."""
+        """ctrl+s: the answers to a file the operator names (a failure stays in the dialog)."""
+        controller = SummaryController(self.wizard.session, self.wizard.model)
+        written: list[Path] = []
 
-        def saved(raw: str | None) -> None:
-            if raw is None:
-                return
-            path, text = SummaryController(self.wizard.session, self.wizard.model).save(raw)
-            self.notify(text, severity="information" if path else "error", timeout=8)
+        def save(raw: str) -> tuple[Path | None, str]:
+            path, text = controller.save(raw)
             if path is not None:
-                self.post_message(self.AnswersSaved(path))
+                written.append(path)
+            return path, text
 
-        self.app.push_screen(SaveScreen(), saved)
+        def saved(text: str | None) -> None:
+            if text is not None and written:
+                self.notify(text, timeout=8)
+                self.post_message(self.AnswersSaved(written[-1]))
+
+        self.app.push_screen(SaveScreen(save), saved)

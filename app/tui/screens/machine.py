@@ -11,7 +11,7 @@ from textual.widgets import Button, Static
 from app.machine_summary import rows_text
 from app.tui.controllers import MachineController
 from app.tui.screens.base import Body, WizardScreen
-from app.tui.widgets.fields import Section
+from app.tui.widgets.fields import MarkedLines, Section
 
 
 class MachineScreen(WizardScreen):
@@ -37,17 +37,15 @@ class MachineScreen(WizardScreen):
         with Body(id="body"):
             yield Section("Machine", Static(table, id="facts", markup=False))
             if warnings:
-                text = "\n".join(f"{g['warn']} {w}" for w in warnings)
                 yield Section(
                     f"Warnings ({len(warnings)})",
-                    Static(text, id="warnings", markup=False),
+                    MarkedLines(g["warn"], warnings, id="warnings"),
                     classes="warnings",
                 )
             else:
                 yield Section("Warnings", Static("none", id="warnings"), classes="ok")
         with Horizontal(id="buttons"):
             yield Button("Continue", id="next", variant="primary")
-            yield self.keys_hint()
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:

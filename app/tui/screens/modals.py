@@ -3,6 +3,9 @@ focused), the error screen (a worker's exception), Reboot now?, and Save answers
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,16 +14,19 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from app.tui.session import default_save_path
-from app.tui.widgets.fields import Section
+from app.tui.widgets.fields import MarkedLines
 
 KEYS = """\
-Keys
-  Enter        press the focused button (Continue is focused on each step)
-  Tab, S-Tab   move between fields and buttons; the focused one is drawn reversed
-  1-6          jump to Machine, Driver, Toolkit, Venv, Extensions, Review
-  Esc          back one screen (closes this help)
-  ctrl+s       save the answers (replay: sudo mlsetup apply --answers FILE)
-  ctrl+q       quit: a running setup goes on in the background (sudo mlsetup follows it)"""
+Keys (the bar at the foot shows those that work where the focus is)
+  Enter       press the focused button (Continue, on each step); in a
+              text box take the value: refused, the focus stays there
+  Tab, S-Tab  move between fields and buttons (the focused one reversed)
+  1-6         jump to a step (in a text box digits are typed)
+  Esc         back one screen; in an edited text box, cancel the edit
+  PgUp, PgDn  scroll the screen
+  ctrl+s      save the answers (sudo mlsetup apply --answers FILE)
+  ? or F1     this help (F1 in a text box, where ? is typed)
+  ctrl+q      quit: a running setup goes on (sudo mlsetup follows it)"""
 
 LOG_KEYS = """\
 In the log pane
@@ -56,45 +62,92 @@ class HelpScreen(ModalScreen[None]):
 
 class ConfirmScreen(ModalScreen[bool]):
     """Apply? Lists what will change on this machine; Cancel has the focus, so Enter alone
-    never starts an install."""
+    never starts an install, and Apply waits until the whole list has been on screen (at
+    80x24 the builds and the reboot are below the fold): PgDn reads on. A dry run asks the
+    same, marked as one."""
 
-    BINDINGS = [Binding("escape", "answer(False)", "Cancel")]  # noqa: RUF012
+    BINDINGS = [  # noqa: RUF012
+        Binding("escape", "answer(False)", "Cancel"),
+        Binding("pagedown", "scroll('page_down')", "Read on", show=False),
+        Binding("pageup", "scroll('page_up')", show=False),
+        Binding("down", "scroll('down')", show=False),
+        Binding("up", "scroll('up')", show=False),
+        Binding("end", "scroll('end')", show=False),
+        Binding("home", "scroll('home')", show=False),
+    ]
 
-    def __init__(self, headline: str, sections: list[tuple[str, list[str]]], bullet: str) -> None:
+    def __init__(
+        self,
+        headline: str,
+        glance: str,
+        sections: list[tuple[str, list[str]]],
+        bullet: str,
+        dry_run: bool = False,
+    ) -> None:
         super().__init__()
         self.headline = headline
+        self.glance = glance
         self.sections = sections
         self.bullet = bullet
+        self.dry_run = dry_run
+        self.seen_all = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="confirm"):
             yield Static(self.headline, classes="dialog-title", markup=False)
+            if self.glance:
+                yield Static(self.glance, id="confirm-glance", markup=False)
             with VerticalScroll(id="confirm-body", can_focus=False):
                 for title, lines in self.sections:
-                    text = "\n".join(f"{self.bullet} {line}" for line in lines)
-                    yield Section(title, Static(text, markup=False))
-            yield Static(
-                "Tab to Apply, then Enter, starts it; it goes on if you quit.",
-                classes="dialog-hint",
-                markup=False,
-            )
+                    yield Static(title, classes="confirm-head", markup=False)
+                    yield MarkedLines(self.bullet, lines)
+            yield Static("", id="confirm-hint", classes="dialog-hint", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
-                yield Button("Apply", id="apply", variant="warning")
+                label = "Start the dry run" if self.dry_run else "Apply"
+                yield Button(label, id="apply", disabled=True)
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+        body = self.query_one("#confirm-body", VerticalScroll)
+        self.watch(body, "scroll_y", lambda _y: self._check(), init=False)
+        self.call_after_refresh(self._check)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._check)
+
+    def _check(self) -> None:
+        """Apply is let go once the list's end has been on screen; it stays so."""
+        body = self.query_one("#confirm-body", VerticalScroll)
+        if body.max_scroll_y == 0 or body.scroll_y >= body.max_scroll_y:
+            self.seen_all = True
+        self.query_one("#apply", Button).disabled = not self.seen_all
+        ready = (
+            "Tab, then Enter, starts the dry run: nothing is changed. Esc cancels."
+            if self.dry_run
+            else "Tab to Apply, then Enter, starts it; it goes on if you quit. Esc cancels."
+        )
+        waiting = (
+            f"PgDn reads on: {self.query_one('#apply', Button).label} waits until you have "
+            "seen all of it. Esc cancels."
+        )
+        self.query_one("#confirm-hint", Static).update(ready if self.seen_all else waiting)
+
+    def action_scroll(self, how: str) -> None:
+        body = self.query_one("#confirm-body", VerticalScroll)
+        getattr(body, f"scroll_{how}")(animate=False)
 
     @on(Button.Pressed, "#apply")
     def _apply(self) -> None:
-        self.dismiss(True)
+        if self.seen_all:
+            self.dismiss(True)
 
     @on(Button.Pressed, "#cancel")
     def _cancel(self) -> None:
         self.dismiss(False)
 
     def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
+        self.dismiss(yes and self.seen_all)
 
 
 class ErrorScreen(ModalScreen[str]):
@@ -152,7 +205,7 @@ class RebootScreen(ModalScreen[bool]):
             yield Static(self.why, id="reboot-why", markup=False)
             yield Static("\n".join(self.todo), id="reboot-todo", markup=False)
             with Horizontal(id="buttons"):
-                yield Button("Reboot now (y)", id="yes", variant="warning")
+                yield Button("Reboot now (y)", id="yes")
                 yield Button("Not now (n)", id="no")
 
     def on_mount(self) -> None:
@@ -171,21 +224,32 @@ class RebootScreen(ModalScreen[bool]):
 
 
 class SaveScreen(ModalScreen[str | None]):
+    """Save answers: the file to write. `save` writes it and says what happened; a failure
+    is shown here, in the dialog, which stays open for another path (not a toast over the
+    key bar); on success the dialog closes with what to say."""
+
     BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
+
+    def __init__(self, save: Callable[[str], tuple[Path | None, str]]) -> None:
+        super().__init__()
+        self.save = save
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Static("Save answers", classes="dialog-title")
             yield Static(
-                "The answers file replays this setup: sudo mlsetup apply --answers FILE",
+                "The answers file replays this setup: sudo mlsetup apply --answers FILE. "
+                "Under sudo it is written as, and belongs to, the account that ran sudo.",
                 markup=False,
             )
             with Horizontal(classes="field-row"):
                 yield Label("File", classes="field-label")
                 yield Input(default_save_path(), id="save-path", compact=True)
+            yield Static("", id="save-error", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Save", id="save", variant="primary")
                 yield Button("Cancel", id="cancel")
+            yield Static("Enter saves · Esc cancels", classes="dialog-hint", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#save-path", Input).focus()
@@ -193,7 +257,12 @@ class SaveScreen(ModalScreen[str | None]):
     @on(Button.Pressed, "#save")
     @on(Input.Submitted, "#save-path")
     def _save(self) -> None:
-        self.dismiss(self.query_one("#save-path", Input).value)
+        path, text = self.save(self.query_one("#save-path", Input).value)
+        if path is None:
+            self.query_one("#save-error", Static).update(f"! {text}")
+            self.query_one("#save-path", Input).focus()
+            return
+        self.dismiss(text)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

@@ -57,7 +57,6 @@ class ResumeScreen(WizardScreen):
             )
         with Horizontal(id="buttons"):
             yield Button("Continue", id="next", variant="primary")
-            yield self.keys_hint()
 
     def help_text(self) -> str:
         return self.controller.help()

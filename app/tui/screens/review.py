@@ -11,13 +11,14 @@ from textual.widgets import Button, Static
 
 from app.tui.controllers import ReviewController
 from app.tui.screens.base import Body, WizardScreen
-from app.tui.widgets.fields import Section
+from app.tui.widgets.fields import MarkedLines, Section
 from app.tui.widgets.plan import PlanView
 
 
 class ReviewScreen(WizardScreen):
     STEP = "review"
     RECOMPUTE = True
+    AUTO_FOCUS = "#next, #save"  # Save answers when this session cannot apply
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "next", "Run it"),
         Binding("ctrl+s", "app.save_answers", "Save answers"),
@@ -39,19 +40,26 @@ class ReviewScreen(WizardScreen):
         plan = self.controller.plan()
         g = self.wizard.glyphs
         with Body(id="body"):
-            if plan.warnings:
-                text = "\n".join(f"{g['warn']} {w}" for w in plan.warnings)
-                yield Section("Refused or warned", Static(text, markup=False), classes="warnings")
+            warnings = self.controller.warnings()
+            if warnings:
+                yield Section(
+                    "Refused or warned", MarkedLines(g["warn"], warnings), classes="warnings"
+                )
             yield Section("Plan", PlanView(plan.steps, g, id="plan"))
             why = self.controller.why_not()
             if why:
                 yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
         with Horizontal(id="buttons"):
-            label = "Start the dry run" if self.wizard.session.dry_run else "Apply"
-            yield Button(label, id="next", variant="primary", disabled=why is not None)
+            dry = self.wizard.session.dry_run
+            yield Button(
+                "Start the dry run" if dry else "Apply",
+                id="next",
+                name="dry run" if dry else "apply",
+                variant="primary",
+                disabled=why is not None,
+            )
             yield Button("Save answers", id="save")
             yield Button("Back", id="back")
-            yield self.keys_hint()
 
     def focus_default(self) -> None:
         for button in self.query("#next, #save").results(Button):

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from app.tui.controllers.run import status_line, steps_line
@@ -19,6 +19,7 @@ from app.tui.feed import EngineFeed
 from app.tui.runmodel import OVERVIEW, ActionView, RunModel
 from app.tui.screens.base import WizardScreen
 from app.tui.widgets.gauge import MemoryGauge
+from app.tui.widgets.keybar import KeyHint
 from app.tui.widgets.logpane import LogPane
 from steps import events as ev
 
@@ -49,7 +50,35 @@ class RunScreen(WizardScreen):
     def heading(self) -> str:
         if self.attached:
             return "Attached to the running setup (it goes on if you quit)"
+        if self.model.dry_run:
+            if self.model.done:
+                return "The dry run has ended: nothing ran, nothing was changed"
+            return "Dry run: walking the plan, executing nothing"
         return "Running the plan" if not self.model.done else "The run has ended"
+
+    def key_hints(self) -> list[KeyHint]:
+        """The Run screen's keys as they work now: Enter and r once the run has ended, the
+        log pane's own (search, full screen, actions), then save, help, quit."""
+        m = self.model
+        out: list[KeyHint] = []
+        searching = isinstance(self.focused, Input)
+        if searching:
+            out += [("Enter", "find"), ("Esc", "close")]
+        else:
+            if m.done:
+                out.append(("Enter", "summary"))
+            if self.check_action("retry", ()):
+                out.append(("r", "retry"))
+            if self.has_class("-full"):
+                out.append(("Esc", "back"))
+            out += [("/", "find")]
+            pane = self.query_one(LogPane)
+            if pane.view.highlighter.term:
+                out.append(("n/N", "match"))
+            out += [("f", "full"), ("[ ]", "action"), ("PgUp", "page")]
+            if not pane.view.at_tail:
+                out.append(("End", "follow"))
+        return out + self.app_hints(searching)
 
     def body(self) -> ComposeResult:
         with Horizontal(id="run-body"):
@@ -137,7 +166,7 @@ class RunScreen(WizardScreen):
         if isinstance(event, (ev.MemorySample, ev.Throttle, ev.BuildProgress)):
             gauge = self.query_one(MemoryGauge)
             gauge.add_class("-active")
-            gauge.update_from(m.memory)
+            gauge.update_from(m.memory, self.wizard.clock())
         if isinstance(event, ev.Failed):
             self._failure()
         if isinstance(event, (ev.Notice, ev.Waiting, ev.RebootNeeded)):
@@ -148,6 +177,7 @@ class RunScreen(WizardScreen):
         if isinstance(event, ev.Finished):
             self.refresh_bindings()
             self.query_one("#heading", Static).update(self._heading_text())
+            self.refresh_keys()
         self._steps_line()
         self._status()
         if isinstance(event, ev.Finished):
@@ -183,7 +213,7 @@ class RunScreen(WizardScreen):
         if m.memory.active:
             gauge = self.query_one(MemoryGauge)
             gauge.add_class("-active")
-            gauge.update_from(m.memory)
+            gauge.update_from(m.memory, self.wizard.clock())
         self._failure()
         self._steps_line()
         self._status()
@@ -205,9 +235,13 @@ class RunScreen(WizardScreen):
         if view.id in ids:
             options.highlighted = ids.index(view.id)
 
-    def _label(self, view: ActionView) -> str:
-        note = " (offline: kept the venv unlocked)" if view.status == "offline" else ""
-        return f"{self.wizard.glyphs.status(view.status)} {view.id}{note}"
+    def _label(self, view: ActionView, width: int) -> str:
+        """The mark and the action's title on one row of the list (a wrapped title left its
+        mark alone on a row): cut to the width, the whole title is the pane's."""
+        note = " (offline: venv unlocked)" if view.status == "offline" else ""
+        text = f"{self.wizard.glyphs.status(view.status)} {view.title or view.id}{note}"
+        more = self.wizard.glyphs["more"]
+        return text if len(text) <= width else text[: max(1, width - len(more))] + more
 
     def _ids(self) -> list[str]:
         return [OVERVIEW, *self.model.actions]
@@ -222,10 +256,11 @@ class RunScreen(WizardScreen):
     def _actions(self) -> None:
         options = self.query_one("#actions", OptionList)
         highlighted = options.highlighted
+        width = options.scrollable_content_region.width or 36
         options.clear_options()
         options.add_options(
             [Option(f"= {self.model.overview.title}", id=OVERVIEW)]
-            + [Option(self._label(a), id=a.id) for a in self.model.actions.values()]
+            + [Option(self._label(a, width), id=a.id) for a in self.model.actions.values()]
         )
         if highlighted is not None and highlighted < options.option_count:
             options.highlighted = highlighted
@@ -259,6 +294,9 @@ class RunScreen(WizardScreen):
     def _tick(self) -> None:
         if not self.model.done:
             self._status()
+            if self.model.memory.active:  # the ETA moves while no object finishes
+                self.query_one(MemoryGauge).update_from(self.model.memory, self.wizard.clock())
+        self.refresh_keys()
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -288,6 +326,11 @@ class RunScreen(WizardScreen):
     def _full(self) -> None:
         self.toggle_class("-full")
         self.refresh_bindings()
+        self.refresh_keys()
+
+    @on(LogPane.Searched)
+    def _searched(self) -> None:
+        self.refresh_keys()
 
     def action_next(self) -> None:
         if self.model.done:
@@ -297,6 +340,7 @@ class RunScreen(WizardScreen):
         if self.has_class("-full"):
             self.remove_class("-full")
             self.refresh_bindings()
+            self.refresh_keys()
 
     def action_retry(self) -> None:
         self.wizard.nav.retry()

@@ -6,13 +6,14 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers import StepController
 from app.tui.screens.base import Body, WizardScreen
-from app.tui.widgets.fields import ChoiceField, Section
+from app.tui.widgets.fields import ChoiceField, MarkedLines, Section
+from app.tui.widgets.keybar import KeyHint
 from app.tui.widgets.plan import PlanView
 
 
@@ -46,45 +47,45 @@ class StepScreen(WizardScreen):
         self.STEP = step
 
     def heading(self) -> str:
-        step = self.controller.step()
-        mark = self.wizard.glyphs["satisfied"] if step.status == "satisfied" else ""
-        state = f"{mark} already satisfied: Enter skips it" if mark else "to do"
-        return f"{self.controller.title}: {state}"
+        c, g = self.controller, self.wizard.glyphs
+        skipped = c.skipped() if c.name == "extensions" else []
+        if skipped:  # not "satisfied": what was asked for is left out, and why is below
+            state = f"{g['warn']} {', '.join(skipped)} left out: why is below"
+        elif c.step().status == "satisfied":
+            state = f"{g['satisfied']} already satisfied: Enter skips it"
+        else:
+            state = "to do"
+        return f"{c.title}: {state}"
 
     def help_text(self) -> str:
         return self.controller.help()
 
     def body(self) -> ComposeResult:
         c = self.controller
-        with Body(id="body"), Horizontal(id="columns"):
-            with Vertical(id="left"):
-                yield Section(
-                    "Already there", Static("\n".join(c.existing()), id="existing", markup=False)
-                )
-                yield Section(
-                    "Refused or warned",
-                    Static(self._warnings_text(), id="step-warnings", markup=False),
-                    id="warnings-box",
-                    classes="warnings" if c.warnings() else "warnings -empty",
-                )
-                with Section("Choices", id="choices"):
-                    for spec in c.fields():
-                        yield ChoiceField(spec, c.value(spec))
-                    if c.name == "extensions":
-                        yield from self._extension_controls()
-            with Vertical(id="right"):
-                yield Section(
-                    "Commands this step runs",
-                    PlanView([c.step()], self.wizard.glyphs, numbered=False, id="commands"),
-                )
+        # one column at every width: a command's long words (the keyring URL) are never split
+        # across two columns, and what is decided reads top to bottom
+        with Body(id="body"):
+            yield Section(
+                "Already there", Static("\n".join(c.existing()), id="existing", markup=False)
+            )
+            yield Section(
+                "Refused or warned",
+                MarkedLines(self.wizard.glyphs["warn"], c.warnings(), id="step-warnings"),
+                id="warnings-box",
+                classes="warnings" if c.warnings() else "warnings -empty",
+            )
+            with Section("Choices", id="choices"):
+                for spec in c.fields():
+                    yield ChoiceField(spec, c.value(spec))
+                if c.name == "extensions":
+                    yield from self._extension_controls()
+            yield Section(
+                "Commands this step runs",
+                PlanView([c.step()], self.wizard.glyphs, numbered=False, id="commands"),
+            )
         with Horizontal(id="buttons"):
             yield Button("Continue", id="next", variant="primary")
             yield Button("Back", id="back")
-            yield self.keys_hint()
-
-    def _warnings_text(self) -> str:
-        warn = self.wizard.glyphs["warn"]
-        return "\n".join(f"{warn} {w}" for w in self.controller.warnings())
 
     def _extension_controls(self) -> ComposeResult:
         c = self.controller
@@ -101,7 +102,12 @@ class StepScreen(WizardScreen):
                     compact=True,
                     id="add-name",
                 )
-                yield Input("", placeholder="its PyPI version", compact=True, id="add-version")
+                yield Input(
+                    c.known_version(addable[0]),
+                    placeholder="version",
+                    compact=True,
+                    id="add-version",
+                )
                 yield Button("Add", id="add", classes="small")
             yield Static("", id="add-error", classes="field-error", markup=False)
 
@@ -109,18 +115,24 @@ class StepScreen(WizardScreen):
         c = self.controller
         await self.query_one("#commands", PlanView).show([c.step()])
         self.query_one("#existing", Static).update("\n".join(c.existing()))
-        self.query_one("#step-warnings", Static).update(self._warnings_text())
+        await self.query_one("#step-warnings", MarkedLines).show(c.warnings())
         self.query_one("#warnings-box").set_class(not c.warnings(), "-empty")
         self.query_one("#heading", Static).update(self._heading_text())
 
     @on(ChoiceField.Changed)
     async def _changed(self, event: ChoiceField.Changed) -> None:
-        why = self.controller.set(event.field.spec, event.raw)
+        """The focus stays on (or comes back to) a refused field, so the next keys fix it;
+        Enter on an accepted value moves on to the next field."""
+        field = event.field
+        why = self.controller.set(field.spec, event.raw)
         if why:
-            event.field.refuse(why)
+            field.refuse(why, event.raw)
+            field.control_widget.focus()
             self.post_message(self.AnswerRefused(event.key, event.raw, why))
         else:
-            event.field.accept(self.controller.value(event.field.spec))
+            field.accept(self.controller.value(field.spec))
+            if event.submitted and field.control_widget.has_focus:
+                self.focus_next()
             self.post_message(self.AnswerChanged(event.key, event.raw))
         await self.refresh_plan()
 
@@ -133,7 +145,7 @@ class StepScreen(WizardScreen):
         bad = self.invalid
         if bad:
             self.notify(
-                f"{bad[0].spec.key} is not valid yet: fix it or set it back", severity="error"
+                f"{bad[0].spec.key} is not valid yet: fix it, or Esc sets it back", severity="error"
             )
             bad[0].query_one("Input, Select").focus()
             return
@@ -142,6 +154,9 @@ class StepScreen(WizardScreen):
     @on(Button.Pressed, "#back")
     def _back(self) -> None:
         self.action_back()
+
+    def screen_hints(self, typing: bool) -> list[KeyHint]:
+        return [("a", "add")] if not typing and self.query("#add-version") else []
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "add":
@@ -153,6 +168,13 @@ class StepScreen(WizardScreen):
         first extension mlsetup knows)."""
         if self.controller.name == "extensions" and self.query("#add-version"):
             self.query_one("#add-version", Input).focus()
+
+    @on(Select.Changed, "#add-name")
+    def _add_name(self, event: Select.Changed) -> None:
+        if event.value is not Select.NULL:
+            self.query_one("#add-version", Input).value = self.controller.known_version(
+                str(event.value)
+            )
 
     @on(Button.Pressed, "#add")
     @on(Input.Submitted, "#add-version")

@@ -6,17 +6,19 @@ from __future__ import annotations
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, Static
 
 from app.tui.controllers import SummaryController
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.session import default_save_path
-from app.tui.widgets.fields import Section
+from app.tui.widgets.fields import MarkedLines, Section
+from app.tui.widgets.keybar import KeyHint
 
 
 class SummaryScreen(WizardScreen):
     STEP = "summary"
+    AUTO_FOCUS = "#save"
     BINDINGS = [  # noqa: RUF012
         Binding("ctrl+s", "save", "Save answers"),
         Binding("r", "retry", "Change an answer and retry"),
@@ -47,25 +49,38 @@ class SummaryScreen(WizardScreen):
                 )
             refused = c.refused()
             if refused:
-                text = "\n".join(f"{g['warn']} {w}" for w in refused)
                 yield Section(
                     "Refused or warned",
-                    Static(text, id="refused", markup=False),
+                    MarkedLines(g["warn"], refused, id="refused"),
                     classes="warnings",
+                )
+            leave = c.would_leave()
+            if leave:  # a dry run: what a real apply leaves, not a venv to use that is not there
+                yield Section(
+                    "A real apply would leave",
+                    MarkedLines(g["dot"], leave, id="would-leave"),
                 )
             running = f"running{g['more']}"
             yield Section("Smoke test", Static(running, id="smoke", markup=False))
-            where = [f"Use the venv:  {c.activate()}"]
-            logs = c.logs()
-            if logs:
+            where = []
+            if (activate := c.activate()) is not None:
+                where.append(f"Use the venv:  {activate}")
+            if logs := c.logs():
                 where.append(f"Logs:          {logs}")
-            yield Section("Where things are", Static("\n".join(where), id="where", markup=False))
-            with Section("Save answers", id="save-box"):
-                with Horizontal(classes="field-row"):
-                    yield Label("File", classes="field-label")
-                    yield Input(default_save_path(), id="save-path", compact=True)
-                    yield Button("Save", id="save", classes="small")
-                yield Static("", id="saved", markup=False)
+            if where:
+                yield Section(
+                    "Where things are", Static("\n".join(where), id="where", markup=False)
+                )
+        # the save row stays below the body: focusing Save never scrolls the Result away
+        with Vertical(id="save-box"):
+            with Horizontal(classes="field-row"):
+                yield Label("Save answers to", classes="field-label")
+                yield Input(default_save_path(), id="save-path", compact=True)
+                yield Button("Save", id="save", classes="small")
+            yield Static("", id="saved", markup=False)
+
+    def screen_hints(self, typing: bool) -> list[KeyHint]:
+        return [("r", "retry")] if not typing and self.check_action("retry", ()) else []
 
     def focus_default(self) -> None:
         self.query_one("#save", Button).focus()

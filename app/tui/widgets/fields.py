@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -29,16 +29,22 @@ class FieldSpec:
 
 
 class ChoiceField(Vertical):
-    """One answer: a label, a Select or an Input, and the reason a value was refused."""
+    """One answer: a label, a Select or an Input, and the reason a value was refused.
+
+    A refused field is marked in its label ("!"), not only by colour (NO_COLOR, a mono
+    console). Enter in its Input hands the value to the screen, which moves the focus on only
+    when the value is accepted; Esc cancels an edit (back to the value the answers hold)."""
 
     class Changed(Message):
-        """The operator entered a value; the screen validates it and accepts or refuses it."""
+        """The operator entered a value; the screen validates it and accepts or refuses it.
+        `submitted`: with Enter (the focus moves on once it is accepted), else on leaving."""
 
-        def __init__(self, field: ChoiceField, key: str, raw: str) -> None:
+        def __init__(self, field: ChoiceField, key: str, raw: str, submitted: bool) -> None:
             super().__init__()
             self.field = field
             self.key = key
             self.raw = raw
+            self.submitted = submitted
 
         @property
         def control(self) -> ChoiceField:
@@ -47,12 +53,13 @@ class ChoiceField(Vertical):
     def __init__(self, spec: FieldSpec, value: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.spec = spec
-        self.value = value
+        self.value = value  # the value the answers hold
+        self.refused_raw = ""  # what was typed and refused
 
     def compose(self) -> ComposeResult:
         spec = self.spec
         with Horizontal(classes="field-row"):
-            yield Label(spec.label, classes="field-label")
+            yield Label(f"  {spec.label}", classes="field-label", markup=False)
             if spec.kind == "select":
                 yield Select(
                     [(o, o) for o in spec.options],
@@ -65,45 +72,82 @@ class ChoiceField(Vertical):
                 yield Input(self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint)
         yield Static("", classes="field-error", markup=False)
 
+    @property
+    def control_widget(self) -> Input | Select:
+        widget = self.query_one(f"#{_dom_id(self.spec.key)}")
+        assert isinstance(widget, (Input, Select))
+        return widget
+
+    @property
+    def refused(self) -> bool:
+        return self.has_class("-invalid")
+
+    @property
+    def editing(self) -> bool:
+        """The Input holds something the answers do not (typed, or refused): Esc cancels it."""
+        widget = self.control_widget
+        return self.refused or (isinstance(widget, Input) and widget.value != self.value)
+
     @on(Select.Changed)
     def _selected(self, event: Select.Changed) -> None:
         event.stop()
         if event.value is not Select.NULL and str(event.value) != self.value:
-            self.post_message(ChoiceField.Changed(self, self.spec.key, str(event.value)))
+            self.post_message(ChoiceField.Changed(self, self.spec.key, str(event.value), False))
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self._entered(event.value)
-        if not self.has_class("-invalid"):
-            self.screen.focus_next()
+        if event.value == self.value and not self.refused:
+            self.screen.focus_next()  # nothing new: on to the next field
+            return
+        self.post_message(ChoiceField.Changed(self, self.spec.key, event.value, True))
 
     @on(Input.Blurred)
     def _blurred(self, event: Input.Blurred) -> None:
-        self._entered(event.value)
+        if self.refused and event.value == self.refused_raw:
+            self.call_after_refresh(self._refocus)  # the same refused value: back to fix it
+        elif event.value != self.value or self.refused:
+            self.post_message(ChoiceField.Changed(self, self.spec.key, event.value, False))
 
-    def _entered(self, raw: str) -> None:
-        if raw != self.value or self.has_class("-invalid"):
-            self.post_message(ChoiceField.Changed(self, self.spec.key, raw))
+    def _refocus(self) -> None:
+        if self.refused and self.is_attached and self.app.screen is self.screen:
+            self.control_widget.focus()
 
-    def refuse(self, why: str) -> None:
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape" and isinstance(self.control_widget, Input) and self.editing:
+            event.stop()
+            event.prevent_default()
+            self.cancel_edit()
+
+    def cancel_edit(self) -> None:
+        """Back to the value the answers hold; a refusal goes with the refused value."""
+        widget = self.control_widget
+        if isinstance(widget, Input):
+            widget.value = self.value
+            widget.cursor_position = len(self.value)
+        self.accept(self.value)
+
+    def refuse(self, why: str, raw: str = "") -> None:
+        self.refused_raw = raw
         self.add_class("-invalid")
+        self.query_one(".field-label", Label).update(f"! {self.spec.label}")
         self.query_one(".field-error", Static).update(why)
 
     def accept(self, value: str) -> None:
         self.value = value
         self.remove_class("-invalid")
+        self.query_one(".field-label", Label).update(f"  {self.spec.label}")
         self.query_one(".field-error", Static).update("")
 
     def enter(self, raw: str) -> None:
-        """Type a value as the operator would (tests and scripted walkthroughs)."""
-        widget = self.query_one(f"#{_dom_id(self.spec.key)}")
+        """Type a value as the operator would, then leave the field (tests, scripted walks)."""
+        widget = self.control_widget
         if isinstance(widget, Select):
             widget.value = raw
         else:
-            assert isinstance(widget, Input)
             widget.value = raw
-            self._entered(raw)
+            if raw != self.value or self.refused:
+                self.post_message(ChoiceField.Changed(self, self.spec.key, raw, False))
 
 
 def _dom_id(key: str) -> str:
@@ -125,20 +169,66 @@ class Trail(Static):
         self.note = note
 
     def on_mount(self) -> None:
-        words = []
-        for n, name in enumerate(TRAIL, 1):
-            label = (f"{n} " if n <= JUMP_KEYS else "") + name.capitalize()
-            if name == self.current:
-                words.append(f"[reverse bold]{label}[/]")
-            else:
-                words.append(f"[$text-muted]{label}[/]")
-        note = f"  [$warning bold]{self.note}[/]" if self.note else ""
-        self.update("  ".join(words) + note)
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        """Every step by name where the width allows; narrower (60 columns), the others by
+        their number only, so the trail never stops half way."""
+        width = self.content_region.width or 80
+        for short in (False, True):
+            words, plain = [], []
+            for n, name in enumerate(TRAIL, 1):
+                key = f"{n}" if n <= JUMP_KEYS else ""
+                label = key if short and name != self.current and key else name.capitalize()
+                if key and label != key:
+                    label = f"{key} {label}"
+                plain.append(label)
+                style = "reverse bold" if name == self.current else "$text-muted"
+                words.append(f"[{style}]{label}[/]")
+            note = f"  {self.note}" if self.note else ""
+            if len("  ".join(plain) + note) <= width:
+                break
+        self.update("  ".join(words) + (f"  [$warning bold]{self.note}[/]" if self.note else ""))
 
 
 class Section(Vertical):
-    """A titled box of content."""
+    """A titled part of a screen: its title on a rule above the content."""
 
     def __init__(self, title: str, *children, **kwargs) -> None:
         super().__init__(*children, **kwargs)
-        self.border_title = title
+        self.border_title = f" {title} "
+
+
+class MarkedLines(Vertical):
+    """Lines each after a mark ("!"), a wrapped line indented under its own start, so each
+    one reads as one item at any width."""
+
+    DEFAULT_CSS = """
+    MarkedLines { height: auto; }
+    MarkedLines > Horizontal { height: auto; }
+    MarkedLines .mark { width: 2; }
+    MarkedLines .line { width: 1fr; }
+    """
+
+    def __init__(self, mark: str, lines: list[str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.mark = mark
+        self.lines = lines
+
+    def compose(self) -> ComposeResult:
+        for line in self.lines:
+            with Horizontal():
+                yield Static(self.mark, classes="mark", markup=False)
+                yield Static(line, classes="line", markup=False)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(f"{self.mark} {line}" for line in self.lines)
+
+    async def show(self, lines: list[str]) -> None:
+        if lines != self.lines:
+            self.lines = lines
+            await self.recompose()

@@ -219,8 +219,11 @@ class LogPane(Vertical):
 
     @on(Input.Submitted, "#log-search")
     def _submitted(self, event: Input.Submitted) -> None:
+        """The box closes once it has searched: the matches stay highlighted, n and N go
+        through them, and Esc is the screen's again (not a box still open under the log)."""
         event.stop()
         self.search(event.value)
+        self.query_one("#log-search", Input).remove_class("-open")
         self.view.focus()
 
     def on_key(self, event) -> None:

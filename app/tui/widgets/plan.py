@@ -6,10 +6,55 @@ from __future__ import annotations
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
+from textual.geometry import Size
 from textual.widgets import Static
 
 from app.tui.glyphs import Glyphs
 from steps.plan import Step
+
+
+def wrap_command(command: str, width: int, indent: str = "  ") -> list[str]:
+    """A command in lines of `width`, broken only between its words (a path, a URL, a package
+    name stays whole for copying), the rest indented under its start. A word longer than a
+    whole line starts a line of its own and is broken after a "/" where it has one: the only
+    split left, and only where no width could hold it (the keyring URL at 80 columns)."""
+    if width < 20 or len(command) <= width:
+        return [command]
+    lines: list[str] = []
+    line = ""
+    for word in command.split(" "):
+        if line and len(line) + 1 + len(word) <= width:
+            line = f"{line} {word}"
+            continue
+        if line:
+            lines.append(line)
+        line = (indent if lines else "") + word
+        while len(line) > width:  # a word no line holds
+            cut = line.rfind("/", len(indent) + 1, width) + 1 or width
+            lines.append(line[:cut])
+            line = indent + line[cut:]
+    lines.append(line)
+    return lines
+
+
+class CommandText(Static):
+    """One exact command, wrapped by `wrap_command` for the width it is given."""
+
+    DEFAULT_CSS = "CommandText { text-wrap: nowrap; text-overflow: clip; }"
+
+    def __init__(self, command: str, **kwargs) -> None:
+        super().__init__(command, markup=False, **kwargs)
+        self.command = command
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(wrap_command(self.command, width))
+
+    def render(self) -> Content:
+        return Content("\n".join(wrap_command(self.command, self.content_region.width)))
+
+    def on_resize(self) -> None:
+        self.refresh(layout=True)
 
 
 class PlanView(Vertical):
@@ -45,7 +90,7 @@ class PlanView(Vertical):
             for action in step.actions:
                 reboot = "  [$warning](reboot after)[/]" if action.reboot_after else ""
                 yield Static(f"{escape(action.title)}{reboot}", classes="title")
-                yield Static(f"$ {action.command_line()}", classes="cmd", markup=False)
+                yield CommandText(f"$ {action.command_line()}", classes="cmd")
 
     async def show(self, steps: list[Step]) -> None:
         self.steps = steps

@@ -10,18 +10,26 @@
       SOURCE, which needs pydantic and packaging in this Python), so a bad file stops the play
       here, before anything is copied to a host; and what the role needs to know from it.
       -> {"wheelhouse", "reboot_policy"}
+  mlsetup_controller.py summary REPORTS PLAY HOST...
+      How the fleet ended, once every HOST has its report of this play (PLAY) in REPORTS: the
+      hosts by outcome, and what to do next for each that did not finish. "show" is true for
+      the first host that asks then (each asks as it ends; a file in REPORTS remembers the
+      play it was shown for). -> {"show", "lines"}
 
 Errors go to stderr with exit code 2.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
 import json
+import os
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import tomllib
@@ -82,10 +90,12 @@ def pack(source: Path, outdir: Path) -> dict:
     digest = hashlib.sha256(blob).hexdigest()
     outdir.mkdir(parents=True, exist_ok=True)
     tarball = outdir / f"{top}-{digest[:12]}.tar.gz"
-    if not tarball.exists():
-        tmp = tarball.with_suffix(".tmp")
-        tmp.write_bytes(blob)
-        tmp.replace(tarball)
+    if not tarball.exists():  # each host packs (the free strategy): a temporary file of its own
+        fd, tmp = tempfile.mkstemp(dir=outdir, prefix=f".{tarball.name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, tarball)
     return {
         "tarball": str(tarball),
         "id": f"{version} sha256:{digest}",
@@ -112,13 +122,59 @@ def answers(path: Path, source: Path) -> dict:
     return {"wheelhouse": checked.build.wheelhouse, "reboot_policy": checked.reboot.policy}
 
 
+# The outcomes of a host's report (tasks/report.yml), in the order the summary lists them.
+OUTCOMES = (
+    "done",
+    "failed",
+    "waiting for reboot",
+    "unreachable",
+    "refused input",
+    "needs root",
+    "busy",
+    "did not finish",
+)
+
+
+def summary(reports: Path, play: str, hosts: list[str]) -> dict:
+    ended: dict[str, list[dict]] = {}
+    for host in hosts:
+        try:
+            report = json.loads((reports / f"{host}.json").read_text())
+        except (OSError, ValueError):
+            return {"show": False, "lines": []}  # not ended yet
+        if not isinstance(report, dict) or report.get("play") != play:
+            return {"show": False, "lines": []}  # an earlier play's: not ended yet
+        ended.setdefault(str(report.get("outcome")), []).append(report)
+    with (reports / ".summary").open("a+") as mark:
+        fcntl.flock(mark, fcntl.LOCK_EX)  # two hosts that end at once: one shows it
+        mark.seek(0)
+        if mark.read().strip() == play:
+            return {"show": False, "lines": []}
+        mark.seek(0)
+        mark.truncate()
+        mark.write(f"{play}\n")
+    order = [o for o in OUTCOMES if o in ended] + sorted(set(ended) - set(OUTCOMES))
+    lines = [f"{len(hosts)} host(s): " + ", ".join(f"{len(ended[o])} {o}" for o in order)]
+    for outcome in order:
+        lines.append(f"{outcome}: " + ", ".join(r["host"] for r in ended[outcome]))
+        if outcome != "done":
+            lines += [f"  {r['host']}: next: {r.get('next') or '-'}" for r in ended[outcome]]
+    lines.append(f"reports: {reports}/<host>.json")
+    return {"show": True, "lines": lines}
+
+
 def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[0] == "pack":
         result = pack(Path(argv[1]), Path(argv[2]))
     elif len(argv) == 3 and argv[0] == "answers":
         result = answers(Path(argv[1]), Path(argv[2]))
+    elif len(argv) >= 3 and argv[0] == "summary":
+        result = summary(Path(argv[1]), argv[2], argv[3:])
     else:
-        fail("usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE SOURCE")
+        fail(
+            "usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE SOURCE | "
+            "summary REPORTS PLAY HOST..."
+        )
     print(json.dumps(result))
 
 
