@@ -65,7 +65,10 @@ class RunFollower:
                 return True
             return time.monotonic() - since > START_TIMEOUT
 
-        for event in ev.follow(self.paths.current_events, stop=stop, poll=self.poll):
+        def skip(line: str) -> bool:  # until our run starts, only a run's start matters
+            return not self.started and ev.kind_of(line) != ev.RunStarted.kind
+
+        for event in ev.follow(self.paths.current_events, stop=stop, poll=self.poll, skip=skip):
             if isinstance(event, ev.RunStarted) and self.ticket is not None:
                 # another start after ours (ours died without a Finished and a new apply took
                 # over the stream) is not this viewer's run: stop showing it

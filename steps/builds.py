@@ -15,6 +15,7 @@ import psutil
 
 from steps.accounts import lookup_account
 from steps.applyrun import ApplyRun
+from steps.buildtools import check_root_only, keep_ninja_log, ninja_path, tools_of
 from steps.choices import BuildTarget
 from steps.diagnose import diagnose
 from steps.events import Notice
@@ -105,10 +106,34 @@ class ExtensionBuilds:
         file beside it what the governor learned of this build's jobs)."""
         build = self.run.req.answers.build
         ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
+        target = self._target(action)
+        tools = self._without_untrusted_tools(action, target)
+        try:
+            return self._attempts(action, log_path, started, ceiling, tools)
+        finally:
+            owner = lookup_account(self.run.fs, action.user) if action.user else None
+            log.info(
+                "%s: %s",
+                action.id,
+                keep_ninja_log(
+                    self.run.fs,
+                    tree_name(target.answer.name, target.answer.version),
+                    owner.uid if owner else os.geteuid(),
+                ),
+            )
+
+    def _attempts(
+        self,
+        action: Action,
+        log_path: Path,
+        started: Callable[[int], None],
+        ceiling: int | None,
+        tools: dict[str, str],
+    ) -> Result:
         for attempt in range(1, OOM_RETRIES + 2):
             log.info("%s: attempt %d, job ceiling %s", action.id, attempt, ceiling or "auto")
             governor = self._governor(action, ceiling)
-            result = self._governed(action, log_path, started, governor)
+            result = self._governed(action, log_path, started, governor, tools)
             diagnosis = diagnose(result.tail, result.exit_code, str(log_path))
             oom = diagnosis is not None and diagnosis.id == "out-of-memory"
             if result.exit_code == 0 or not oom or attempt > OOM_RETRIES:
@@ -126,6 +151,22 @@ class ExtensionBuilds:
                 )
             )
         raise AssertionError("unreachable")
+
+    def _without_untrusted_tools(self, action: Action, target: BuildTarget) -> dict[str, str]:
+        """{} when no account but root can change mlsetup's nvcc and ninja; else the variables
+        that build without them (all the archs setup.py lists, ninja's own order), said why."""
+        try:
+            for tool in tools_of(target.recipe):
+                check_root_only(tool)
+        except OSError as exc:
+            why = f"{action.id}: compiling without mlsetup's nvcc and ninja: {exc}"
+            log.info("%s", why)
+            self.run.emit(Notice(text=why))
+            return {
+                "PYTORCH_NVCC": f"{target.cuda_home}/bin/nvcc",
+                "PATH": action.env["PATH"].replace(ninja_path(target.recipe), "", 1),
+            }
+        return {}
 
     def _governor(self, action: Action, ceiling: int | None) -> Governor:
         target = self._target(action)
@@ -150,7 +191,12 @@ class ExtensionBuilds:
         return governor
 
     def _governed(
-        self, action: Action, log_path: Path, started: Callable[[int], None], governor: Governor
+        self,
+        action: Action,
+        log_path: Path,
+        started: Callable[[int], None],
+        governor: Governor,
+        tools: dict[str, str],
     ) -> Result:
         def govern(pid: int) -> None:
             started(pid)
@@ -160,7 +206,7 @@ class ExtensionBuilds:
             return self.run.runner.run(
                 action,
                 log_path,
-                extra_env=governor.env(),
+                extra_env={**governor.env(), **tools},
                 on_line=governor.feed_line,
                 on_start=govern,
             )

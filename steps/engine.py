@@ -1,7 +1,8 @@
 """The engine: turn a Plan into a configured server, step by step.
 
-Before each step it probes the machine again and asks the step whether it is
-already satisfied, so a second run on a finished machine runs nothing. Each
+Before each step it probes the machine again (unless nothing ran since the last
+probe) and asks the step whether it is already satisfied, so a second run on a
+finished machine runs nothing. Each
 action's outcome is recorded in the state file before and after it runs, so a
 run killed at any moment (kill -9 included) resumes at the first unfinished
 action; a reboot the driver needs is a pause, checked when the run resumes.
@@ -19,7 +20,10 @@ import contextlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
+
+import psutil
 
 from steps.actions import ActionRunner
 from steps.applylock import ApplyLock
@@ -87,6 +91,7 @@ class Engine:
         self._events: Path | None = None
         self._decisions: DecisionLog | None = None
         self._lock_taken = "none (dry run)"  # how the apply lock was held, for decisions.log
+        self._marks: dict[str, float] = {}  # monotonic times of the run's phases, for the log
 
     @property
     def req(self) -> ApplyRequest:
@@ -149,8 +154,11 @@ class Engine:
     def _run(self) -> int:
         try:
             self._start()
+            self._marks["started"] = time.monotonic()
             self.stack.settle()
+            self._marks["settled"] = time.monotonic()
             self._run_steps()
+            self._marks["steps"] = time.monotonic()
         except Stopped as stop:
             if stop.summary is None:
                 return stop.code
@@ -248,18 +256,22 @@ class Engine:
         os.replace(tmp, paths.current_run)  # viewers follow the symlink to the newest run
 
     def _run_steps(self) -> None:
+        probed = False  # the machine as the last probe saw it: nothing has run since
         for name in STEP_ORDER:
             self.apply_run.step = name
-            facts, plan = self._plan()
-            # this step's decisions, made once
-            self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
+            if not probed:
+                facts, plan = self._plan()
+                # this step's decisions, made once
+                self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
             if name == STEP_ORDER[0] and not self.req.dry_run:
                 self.frozen.before_run()  # exit 2 before anything for a wheel needing another torch
             step = plan.step(name)
             if step.status == "satisfied":
                 log.info("%s: satisfied: %s", name, step.reason)
                 self.emit(StepSatisfied(step=name, reason=step.reason))
+                probed = True  # a satisfied step changes nothing: the next one plans on it
                 continue
+            probed = False
             if not step.actions:
                 self.apply_run.fail(step.name, None, None, None, what=step.reason, diagnosis=None)
             log.info("%s: pending (%s): %s", name, step.reason, [a.id for a in step.actions])
@@ -356,9 +368,29 @@ class Engine:
                 self.reboots.remove_resume_unit()
             self.apply_run.save()
             self._write_report(code, result)
+        log.info("time: %s", self._spent())
         log.info("finished: %s, exit %d: %s", result, code, summary)
         self.emit(Finished(code=code, result=result, summary=summary))
         return code
+
+    def _spent(self) -> str:
+        """Where this process's time went, phase by phase (a second apply's is the first place
+        to look when it is slow: issue 24)."""
+        now = time.monotonic()
+        since_exec = time.time() - psutil.Process().create_time()
+        marks = self._marks
+        started = marks.get("started", now)
+        parts = [
+            f"{since_exec - (now - started):.2f} s to start the run (interpreter, imports, "
+            "input check, handover, apply lock, state)"
+        ]
+        previous = started
+        for mark, what in (("settled", "to settle the stack"), ("steps", "for the steps")):
+            if mark in marks:
+                parts.append(f"{marks[mark] - previous:.2f} s {what}")
+                previous = marks[mark]
+        parts.append(f"{now - previous:.2f} s to finish (state, report)")
+        return f"{since_exec:.2f} s in this process: " + ", ".join(parts)
 
     def _write_report(self, code: int, result: RunResult) -> None:
         run = self.apply_run

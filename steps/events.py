@@ -214,32 +214,49 @@ class EventLog:
         self._file.close()
 
 
+def kind_of(line: str) -> str | None:
+    """The kind of the event on a line of a stream, read without parsing it (`to_json` writes
+    the kind first)."""
+    if not line.startswith('{"kind":"'):
+        return None
+    return line[9 : line.find('"', 9)]
+
+
 def follow(
-    path: Path, stop: Callable[[], bool] = lambda: False, poll: float = 0.1
+    path: Path,
+    stop: Callable[[], bool] = lambda: False,
+    poll: float = 0.1,
+    skip: Callable[[str], bool] = lambda line: False,
 ) -> Iterator[Event]:
     """Every event in the stream at `path` from its start, then new ones as they are written.
 
     `path` may be a symlink to the current run's stream: when it is re-pointed (a new run
     started), the new stream is followed from its start. Ends when `stop()` is true while
-    there is nothing new to read; the caller decides which event ends its interest.
+    there is nothing new to read; the caller decides which event ends its interest. A line
+    `skip` is true of is passed over unparsed (a viewer of a new start has no use for the
+    thousands of events of the run before it).
     """
     current: Path | None = None
     f = None
     buffer = ""
     try:
         while True:
-            target = path.resolve() if path.exists() else None
-            if target is not None and target != current:
-                if f is not None:
-                    yield from _drain(f, buffer)
-                    f.close()
-                f, current, buffer = target.open(encoding="utf-8"), target, ""
             chunk = f.readline() if f is not None else ""
             if chunk:
                 buffer += chunk
                 if buffer.endswith("\n"):  # else: a line still being written
-                    yield event_from_json(buffer)
+                    if not skip(buffer):
+                        yield event_from_json(buffer)
                     buffer = ""
+                continue
+            # At the end of what is written (not at every line: a stream can hold a whole
+            # build's output): has a new run re-pointed the link?
+            target = path.resolve() if path.exists() else None
+            if target is not None and target != current:
+                if f is not None:
+                    yield from _drain(f, buffer, skip)
+                    f.close()
+                f, current, buffer = target.open(encoding="utf-8"), target, ""
             elif stop():
                 return
             else:
@@ -249,7 +266,7 @@ def follow(
             f.close()
 
 
-def _drain(f: TextIO, buffer: str) -> Iterator[Event]:
+def _drain(f: TextIO, buffer: str, skip: Callable[[str], bool]) -> Iterator[Event]:
     for line in (buffer + f.read()).splitlines():
-        if line.strip():
+        if line.strip() and not skip(line):
             yield event_from_json(line)

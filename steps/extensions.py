@@ -20,6 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from steps.answers import Answers
+from steps.buildtools import ninja_path, tool_env
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, configured, index_args
@@ -53,9 +54,18 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     recipe = target.recipe
     env = {
         "CUDA_HOME": target.cuda_home,
-        # nvcc from the toolkit that matches torch's CUDA, then the venv's ninja.
-        "PATH": f"{target.cuda_home}/bin:{choices.venv_path}/bin:{SYSTEM_PATH}",
+        # nvcc from the toolkit that matches torch's CUDA, mlsetup's ninja (longest objects
+        # first), then the venv's ninja.
+        "PATH": f"{target.cuda_home}/bin:{ninja_path(recipe)}{choices.venv_path}/bin:{SYSTEM_PATH}",
         "MAX_JOBS": str(target.max_jobs),
+        # mlsetup's nvcc (only the GPUs present) and what its ninja orders by
+        **tool_env(
+            recipe,
+            target.answer.name,
+            target.answer.version,
+            target.compute_capabilities,
+            choices.cuda,
+        ),
     }
     if recipe.threads_variable:  # "": the extension hard-codes nvcc's --threads
         env[recipe.threads_variable] = str(recipe.threads)
@@ -75,9 +85,12 @@ def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
     if venv is None or torch is None or venv.python_version is None:
         return None
     python = ".".join(venv.python_version.split(".")[:2])
-    return wheel_key(
-        target.recipe.package, target.answer.version, torch, python, target.arch_value or "native"
+    # "native": the archs the extension's own setup.py lists (no arch variable, not trimmed)
+    trimmed = (
+        target.recipe.arch_value(target.compute_capabilities) if target.recipe.arch_trim else None
     )
+    archs = target.arch_value or trimmed or "native"
+    return wheel_key(target.recipe.package, target.answer.version, torch, python, archs)
 
 
 def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[str, str]]:

@@ -140,8 +140,9 @@ class Governor:
     # -- the runner's interface -------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """Variables the build command needs so that its ninja obeys this governor."""
-        return self._jobserver.env()
+        """Variables the build command needs so that its ninja obeys this governor, and the most
+        jobs it lets run, by which mlsetup's ninja plans its order (steps/buildtools.py)."""
+        return {**self._jobserver.env(), "MLSETUP_JOB_SLOTS": str(self._throttle.ceiling)}
 
     def share_with(self, uid: int, gid: int) -> None:
         """Let the account the build runs as open the jobserver FIFO (it is private otherwise)."""

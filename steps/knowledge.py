@@ -53,6 +53,7 @@ class CudaKnowledge:
     major_min_driver: dict[str, str]
     min_cuda_for_compute_capability: dict[str, str]
     install_bytes: int
+    split_compile_min: str  # the first nvcc whose --split-compile mlsetup's nvcc passes on
 
     def release(self, version: str) -> CudaRelease | None:
         return next((r for r in self.releases if r.version == version), None)
@@ -280,6 +281,7 @@ def knowledge() -> Knowledge:
             major_min_driver=cuda["major_min_driver"],
             min_cuda_for_compute_capability=cuda["min_cuda_for_compute_capability"],
             install_bytes=cuda["install_mib"] * MiB,
+            split_compile_min=cuda["split_compile_min"],
         ),
         gpus={k: GpuModel(*v) for k, v in load_asset("gpus.toml")["device"].items()},
         driver=_driver(load_asset("driver.toml")),

@@ -18,6 +18,7 @@ import dataclasses
 import os
 import re
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,13 +80,20 @@ ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9
 ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
 Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
 Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
+Flag = Annotated[bool, Strict()]  # strict: "no" is no boolean
+# A .ninja_log of one build of the extension, shipped in assets/buildtools/profiles/
+PROFILES = "buildtools/profiles"
 
 
 def _variable(value: str) -> str:
-    if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or value in RESERVED_VARIABLES):
+    if value and (
+        not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value)
+        or value in RESERVED_VARIABLES
+        or value.startswith("MLSETUP_")  # the build tools' own (steps/buildtools.py)
+    ):
         raise ValueError(
             "allowed: an environment variable name (A-Z, 0-9, _) that the build does not set "
-            f'itself (not {", ".join(sorted(RESERVED_VARIABLES))}), or ""'
+            f'itself (not {", ".join(sorted(RESERVED_VARIABLES))}, nor MLSETUP_*), or ""'
         )
     return value
 
@@ -124,6 +132,19 @@ class _Overridable(_Strict):
     build_requires: list[str] | None = None
     runtime_requires: list[str] | None = None
     prebuilt_cuda_majors: list[Digits] | None = None
+    arch_trim: Flag | None = None
+    longest_first: Flag | None = None
+    object_profile: str | None = None
+
+    @field_validator("object_profile")
+    @classmethod
+    def _profile(cls, v: str | None) -> str | None:
+        if v and v not in shipped_profiles():
+            raise ValueError(
+                f"allowed: the name of a profile in assets/{PROFILES}/ "
+                f'({", ".join(sorted(shipped_profiles())) or "none shipped"}), or ""'
+            )
+        return v
 
     @field_validator("arch_variable", "threads_variable")
     @classmethod
@@ -160,6 +181,11 @@ class RecipeModel(_Overridable):
         default_factory=list, description="what the installed wheel requires, torch aside"
     )
     prebuilt_cuda_majors: list[Digits]
+    arch_trim: Flag = Field(
+        True, description="compile only for the GPUs present, whatever setup.py lists"
+    )
+    longest_first: Flag = Field(True, description="start the longest objects first")
+    object_profile: str = Field("", description="a shipped .ninja_log giving object times")
     requirement: str = "{package}=={version}"
     smoke_test: Annotated[str, StringConstraints(max_length=SMOKE_TEST_LIMIT)] = ""
     checked: str = Field(
@@ -251,6 +277,12 @@ class ExtensionRecipe:
     runtime_requires: tuple[str, ...]
     # CUDA majors the project publishes release wheels for (its build fetches them itself)
     prebuilt_cuda_majors: tuple[str, ...]
+    # mlsetup's nvcc drops the -gencode targets of GPUs not present (steps/buildtools.py)
+    arch_trim: bool = True
+    # mlsetup's ninja orders build.ninja longest object first, from earlier builds or this
+    # profile (a file name in assets/buildtools/profiles/, "" none)
+    longest_first: bool = True
+    object_profile: str = ""
     # what `pip install` is given: a name and version, or a local source directory or archive
     requirement: str = "{package}=={version}"
     # Python run in the venv after install: imports the extension and makes one tiny call
@@ -291,6 +323,12 @@ class ExtensionRecipe:
                 values.append(value)
         values.sort(key=lambda v: Version(v) if "." in v else int(v))
         return ";".join(values)
+
+
+def shipped_profiles() -> set[str]:
+    """The object-time profiles mlsetup ships (assets/buildtools/profiles/*.ninja_log)."""
+    folder = resources.files("assets") / PROFILES
+    return {p.name for p in folder.iterdir() if p.name.endswith(".ninja_log")}
 
 
 def _recipe(name: str, model: RecipeModel) -> ExtensionRecipe:

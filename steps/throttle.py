@@ -88,10 +88,13 @@ class Throttler:
         return max(1, min(self.ceiling, fit))
 
     def token_jobs(self) -> int:
-        """The jobs the jobserver's tokens allow: twice the allowed count, since ninja only
-        takes tokens when a job ends, so parked jobs must already exist to be let go the moment
-        memory allows; the ceiling is never exceeded."""
-        return min(self.ceiling, 2 * self.allowed)
+        """The jobs the jobserver's tokens allow: the ceiling, from the start. ninja (1.13)
+        takes tokens only when it starts and when a job ends, so the jobs it starts first are
+        all there are until the first one ends; with the longest objects first that is minutes
+        (flash-attn's first fourteen take 278 s and more on the H200). A started job is parked
+        at once and costs next to nothing until the governor lets it go, which it does only as
+        memory allows, so every job the ceiling allows can wait parked, ready."""
+        return self.ceiling
 
     def _freeze_growth(
         self, now: float, r: Reading, running: list[Job], headroom: int, ahead: int

@@ -593,4 +593,6 @@ def test_the_engine_logs_its_decisions_root_only_in_the_runs_log_directory(serve
     for step in ("driver", "toolkit", "venv", "extensions"):
         assert f"mlsetup.engine INFO {step}: satisfied: " in second
     assert "started:" not in second  # nothing ran, and the log says why for each step
+    # and where its time went (issue 24: a second apply under 1.5 s)
+    assert " s in this process: " in second and " s for the steps" in second
     assert "decisions.log" not in first.stdout + resumed.stdout + again.stdout

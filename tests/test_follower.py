@@ -84,3 +84,23 @@ def test_the_wizard_stops_following_when_it_is_cancelled(tmp_path):
     began = time.monotonic()
     assert list(follower.events()) == []
     assert time.monotonic() - began < 5
+
+
+def test_a_new_start_passes_over_the_previous_runs_events_unparsed(tmp_path):
+    """The run before a second apply can hold a whole build's output (tens of thousands of
+    events): a viewer of a new start reads past them without decoding one (a line that would not
+    even decode shows it; tests/bench/bench_second_apply.py times it)."""
+    fs, log = _run(tmp_path)
+    lock = ApplyLock(Paths(fs).lock)
+    lock.acquire()
+    log(_started("the-build"))
+    for i in range(20_000):
+        log(ev.Output(action="extensions.flash-attn.build", line=f"[{i}/73] nvcc ..."))
+    with (Paths(fs).current_events).open("a") as stream:
+        stream.write('{"kind":"output","action":"x","line":\n')  # cut short by a full disk
+    log(_started("mine"))
+    log(ev.Finished(code=0, result="done", summary="ok"))
+    follower = RunFollower(fs, "mine", lock_handed=True, poll=0.02)
+    seen = list(follower.events())
+    lock.release()
+    assert [type(e).__name__ for e in seen] == ["RunStarted", "Finished"]

@@ -543,7 +543,7 @@ def test_mamba_arch_list_depends_on_its_release_and_on_nvcc(tmp_path):
     )
     (target,) = choices.build_targets
     assert choices.cuda.startswith("13.") and target.recipe.arch_map["10.3"] == "103"
-    assert target.recipe.threads == 4 and target.recipe.peak_job_gib == 6.0
+    assert target.recipe.threads == 4 and target.recipe.peak_job_gib == 1.5
 
 
 def test_flash_attn_post1_may_fetch_its_cu13_release_wheel():
