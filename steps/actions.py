@@ -47,7 +47,12 @@ class ActionRunner:
         if self.run.req.dry_run:
             self.run.emit(
                 ActionFinished(
-                    step=step, action=action.id, status="dry-run", exit_code=None, elapsed=0.0
+                    step=step,
+                    action=action.id,
+                    status="dry-run",
+                    exit_code=None,
+                    elapsed=0.0,
+                    action_kind=action.kind,
                 )
             )
             return None
@@ -104,6 +109,7 @@ class ActionRunner:
                 title=action.title,
                 command=action.command_line(),
                 log=str(log_path),
+                action_kind=action.kind,
             )
         )
 
@@ -116,6 +122,7 @@ class ActionRunner:
                 status=status,
                 exit_code=result.exit_code,
                 elapsed=result.elapsed,
+                action_kind=action.kind,
             )
         )
 
@@ -166,7 +173,7 @@ class ActionRunner:
                 "%s: the interrupted run's pid %s is gone: running it again", action.id, record.pid
             )
             return
-        if action.id.endswith(".build"):
+        if action.kind == "build":
             self._end_interrupted_build(action, record.pid)
         else:
             self._wait_interrupted(action, record)

@@ -32,10 +32,16 @@ CACHE_DIR = "/var/cache/mlsetup"
 
 
 def apt_install(
-    action_id: str, title: str, packages: list[str], reboot_after: bool = False
+    action_id: str,
+    title: str,
+    packages: list[str],
+    reboot_after: bool = False,
+    target: str | None = None,
 ) -> Action:
     return Action(
         id=action_id,
+        kind="packages",
+        target=target,
         title=title,
         argv=[*APT_INSTALL, *packages],
         env=dict(APT_ENV),
@@ -53,17 +59,20 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     return [
         Action(
             id="nvidia-repo.keyring-download",
+            kind="repo-setup",
             title="Download NVIDIA's CUDA repository keyring",
             argv=["curl", "-fsSL", "--retry", "3", "-o", keyring, base + repo.keyring_package],
         ),
         Action(
             id="nvidia-repo.keyring-install",
+            kind="repo-setup",
             title="Install NVIDIA's CUDA repository keyring",
             argv=["dpkg", "-i", keyring],
             env=dict(APT_ENV),
         ),
         Action(
             id="nvidia-repo.update",
+            kind="repo-setup",
             title="Refresh package lists with NVIDIA's repository",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),

@@ -33,17 +33,12 @@ log = logging.getLogger("mlsetup.builds")
 OOM_RETRIES = 2
 
 
-def is_build(action: Action) -> bool:
-    return action.id.endswith(".build")
-
-
 class ExtensionBuilds:
     def __init__(self, run: ApplyRun) -> None:
         self.run = run
 
     def _target(self, action: Action) -> BuildTarget:
-        name = action.id.split(".")[1]
-        return next(t for t in self.run.choices.build_targets if t.answer.name == name)
+        return next(t for t in self.run.choices.build_targets if t.answer.name == action.target)
 
     def _build_tree(self, target: BuildTarget) -> Path:
         return self.run.fs.path(BUILD_ROOT) / tree_name(target.answer.name, target.answer.version)

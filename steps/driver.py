@@ -42,6 +42,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
     actions = [
         Action(
             id="driver.apt-update",
+            kind="package-index",
             title="Refresh package lists",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),
@@ -55,6 +56,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
         actions += [
             Action(
                 id="driver.blacklist-nouveau",
+                kind="config-file",
                 title="Blacklist nouveau",
                 argv=[
                     "install",
@@ -66,6 +68,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
             ),
             Action(
                 id="driver.initramfs",
+                kind="initramfs",
                 title="Rebuild the initramfs without nouveau",
                 argv=["update-initramfs", "-u"],
             ),

@@ -33,7 +33,7 @@ from steps.applyrun import (
     Stopped,
     naming,
 )
-from steps.builds import ExtensionBuilds, is_build
+from steps.builds import ExtensionBuilds
 from steps.choices import choose
 from steps.decisionlog import DecisionLog
 from steps.diagnose import no_space
@@ -270,15 +270,20 @@ class Engine:
             log.info("%s: already done in this run: skipped", action.id)
             self.emit(
                 ActionFinished(
-                    step=step, action=action.id, status="already-done", exit_code=0, elapsed=0.0
+                    step=step,
+                    action=action.id,
+                    status="already-done",
+                    exit_code=0,
+                    elapsed=0.0,
+                    action_kind=action.kind,
                 )
             )
             return
-        build = is_build(action)
+        build = action.kind == "build"
         result = self.actions.run_action(step, action, self.builds.compile if build else None)
         if result is not None and build:
             self.builds.publish(action)
-        if result is not None and action.id == "venv.smoke":
+        if result is not None and step == "venv" and action.kind == "smoke":
             self.stack.smoke_result(result)
         if action.reboot_after:
             self.reboots.reboot(action, facts)

@@ -90,6 +90,7 @@ class ActionStarted(Event):
     title: str
     command: str  # as a person would type it
     log: str
+    action_kind: str = ""  # steps.plan.ActionKind ("" in streams written before it existed)
 
 
 @_event
@@ -109,6 +110,7 @@ class ActionFinished(Event):
     status: str  # done | failed | already-done | dry-run
     exit_code: int | None
     elapsed: float
+    action_kind: str = ""  # steps.plan.ActionKind ("" in streams written before it existed)
 
 
 @_event

@@ -97,6 +97,8 @@ def _actions(
         [
             Action(
                 id=f"extensions.{name}.smoke",
+                kind="smoke",
+                target=name,
                 title=f"Try {name} in the venv",
                 argv=[py, "-c", recipe.smoke_test],
                 user=user,
@@ -109,6 +111,8 @@ def _actions(
     if key is not None and key in wheels:
         install = Action(
             id=f"extensions.{name}.install-wheel",
+            kind="install",
+            target=name,
             title=f"Install {name} {answer.version} from the wheel built earlier ({key})",
             argv=_install_argv(py, wheels[key], f"{recipe.package}=={answer.version}"),
             user=user,
@@ -130,6 +134,8 @@ def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
     tree = build_dir(name, version)
     prerequisites = Action(
         id=f"extensions.{name}.prerequisites",
+        kind="prerequisites",
+        target=name,
         title=f"Install {name}'s build requirements",
         argv=["uv", "pip", "install", "--python", py, "pip", *recipe.build_requires],
         user=user,
@@ -137,6 +143,8 @@ def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
     fetch, source = _source_actions(target, py, user, tree)
     build = Action(
         id=f"extensions.{name}.build",
+        kind="build",
+        target=name,
         title=f"Compile {name} {version} for compute capability "
         f"{', '.join(target.compute_capabilities)}",
         # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
@@ -146,6 +154,8 @@ def _compile_actions(target: BuildTarget, choices: Choices) -> list[Action]:
     )
     install = Action(
         id=f"extensions.{name}.install",
+        kind="install",
+        target=name,
         title=f"Install the {name} wheel just built",
         argv=_install_argv(py, f"{tree}/wheels", f"{recipe.package}=={version}"),
         user=user,
@@ -169,6 +179,8 @@ def _source_actions(
         actions.append(
             Action(
                 id=f"extensions.{name}.source",
+                kind="source",
+                target=name,
                 title=f"Download {name} {version}'s source",
                 # the sdist's metadata step imports torch: no build isolation here either
                 argv=[py, "-m", *PIP_DOWNLOAD, "--dest", archive, requirement],
@@ -177,6 +189,8 @@ def _source_actions(
         )
     unpack = Action(
         id=f"extensions.{name}.unpack",
+        kind="unpack",
+        target=name,
         title=f"Unpack {name}'s source into {source}",
         argv=[py, "-c", UNPACK, archive, source],
         user=user,
@@ -214,8 +228,10 @@ def plan(
         if done:
             return satisfied("extensions", f"already installed: {', '.join(done)}")
         return satisfied("extensions", "nothing to build: see the warnings")
-    built = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
-    reused = [a.id.split(".")[1] for a in actions if a.id.endswith(".install-wheel")]
+    built = [a.target for a in actions if a.kind == "build" and a.target]
+    reused = [
+        a.target for a in actions if a.kind == "install" and a.target and a.target not in built
+    ]
     parts = (
         [f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
         if built

@@ -125,6 +125,8 @@ def resolve(
         out.unlink(missing_ok=True)
         action = Action(
             id=f"venv.resolve-{build}",
+            kind="resolve",
+            target=build,
             title=f"Resolve torch, the packages and the build requirements ({build})",
             argv=compile_argv(str(infile), str(out), python, platform, build, answers),
         )
@@ -264,6 +266,7 @@ def _create(choices: Choices) -> Action:
     if choices.python_system:
         return Action(
             id="venv.create",
+            kind="create",
             title=f"Create a Python {python} venv at {choices.venv_path} (the system's Python)",
             argv=[
                 "uv",
@@ -278,6 +281,7 @@ def _create(choices: Choices) -> Action:
         )
     return Action(
         id="venv.create",
+        kind="create",
         title=f"Create a Python {python} venv at {choices.venv_path} (uv downloads "
         f"CPython {python}: the system has none the torch release supports)",
         argv=["uv", "venv", "--python", python, choices.venv_path],
@@ -289,6 +293,7 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
     return Action(
         id="venv.smoke",
+        kind="smoke",
         title=f"Smoke-test torch {torch or '(as resolved)'} "
         f"({'CPU, gloo' if not gpus else f'{gpus} GPU'})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any
@@ -316,6 +321,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         actions = ([_create(choices)] if venv is None else []) + [
             Action(
                 id="venv.sync",
+                kind="sync",
                 title="Install the stack uv resolves at apply, in one step",
                 argv=sync_argv(choices.venv_python, answers, choices.torch_build),
                 user=choices.owner.run_as,
@@ -344,6 +350,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     actions += [
         Action(
             id="venv.sync",
+            kind="sync",
             title=f"Install the locked stack in one step: {stack_text(lock)}",
             argv=sync_argv(choices.venv_python, answers, lock.build),
             user=choices.owner.run_as,
