@@ -158,6 +158,7 @@ class ExtensionBuilds:
                 extra_env=governor.env(),
                 on_line=governor.feed_line,
                 on_start=govern,
+                end_leftovers=True,  # the step ends with its main process (DESIGN.md, "Trust")
             )
 
     # -- the wheel ----------------------------------------------------------------------------

@@ -83,6 +83,7 @@ class Engine:
         self._events: Path | None = None
         self._decisions: DecisionLog | None = None
         self._lock_taken = "none (dry run)"  # how the apply lock was held, for decisions.log
+        self._log_notes: list[str] = []  # what opening this run's logs set aside, to say so
 
     @property
     def req(self) -> ApplyRequest:
@@ -179,6 +180,8 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
+        for note in self._log_notes:
+            self.emit(Notice(text=note))
         if not self.req.dry_run and (continued or ended):
             log.info("orphaned governed build: continued %s, ended %s", continued, ended)
             self.emit(
@@ -235,6 +238,13 @@ class Engine:
         self._event_log = EventLog(self._events)
         self._sinks.append(self._event_log)
         self._decisions = DecisionLog(run_dir / "decisions.log")
+        if self._event_log.set_aside is not None:
+            self._log_notes.append(
+                f"{self._events} was not a log file of root's own: moved it to "
+                f"{self._event_log.set_aside}, unread and unfollowed"
+            )
+        if self._decisions.note:
+            self._log_notes.append(self._decisions.note)
         tmp = paths.log_dir / ".current.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run_id)

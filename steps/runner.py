@@ -7,7 +7,9 @@ put stand-in executables first on the runner's PATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -16,11 +18,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
+
+import psutil
 
 from steps.accounts import Account, lookup_account
-from steps.events import EventSink, Output
+from steps.events import EventSink, Notice, Output
+from steps.leftovers import Leftovers
 from steps.plan import Action
 from steps.rootfs import RootFS
+from steps.safefs import open_append
 from steps.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -47,6 +54,15 @@ PASSTHROUGH_PREFIXES = ("UV_", "PIP_")
 CARRIED = (*PASSTHROUGH, "SUDO_USER", "PATH")
 CARRIED_PREFIXES = (*PASSTHROUGH_PREFIXES, "MLSETUP_")
 TAIL_LINES = 200
+# Root's own caches for the package tools run as root: a UV_CACHE_DIR or PIP_CACHE_DIR carried
+# from the invoking user's environment would make root write through that user's links.
+ROOT_CACHES = {"UV_CACHE_DIR": "/root/.cache/uv", "PIP_CACHE_DIR": "/root/.cache/pip"}
+# Once the main process has ended: how long what it wrote last is still read from the pipe
+# (anything it left behind may hold the pipe open for ever).
+DRAIN_S = 1.0
+POLL_S = 0.1  # how often the main process is looked at while its output is quiet
+LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
+READ_CHUNK = 64 * 1024
 
 
 def _pick(
@@ -103,7 +119,7 @@ class Runner:
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         else:
-            env.update(HOME="/root", USER="root", LOGNAME="root")
+            env.update(HOME="/root", USER="root", LOGNAME="root", **ROOT_CACHES)
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}
@@ -116,7 +132,12 @@ class Runner:
         on_line: Callable[[str], None] | None = None,
         on_start: Callable[[int], None] | None = None,
         extra_env: Mapping[str, str] | None = None,
+        end_leftovers: bool = False,
     ) -> Result:
+        """Run `action`, its output to `log_path` and the event stream, until its main process
+        ends (the output read then stops). `end_leftovers` (a build): what the command left
+        running (a daemon a build backend double-forked, its process group, its session) is
+        ended then: this process is their subreaper meanwhile, so none escapes to init."""
         account = None
         if action.user is not None:
             account = lookup_account(self.fs, action.user)
@@ -130,8 +151,17 @@ class Runner:
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         start = time.monotonic()
-        with log_path.open("ab") as log:
-            os.chmod(log_path, 0o600)
+        fd, aside = open_append(log_path)
+        if aside is not None:
+            self.sink(
+                Notice(
+                    text=f"{log_path} was not a log file of root's own (a link, a FIFO, a "
+                    f"directory, another account's file): moved it to {aside}, unread and "
+                    "unfollowed; the log starts afresh"
+                )
+            )
+        leftovers = Leftovers() if end_leftovers else None
+        with os.fdopen(fd, "ab") as log, leftovers or contextlib.nullcontext():
             log.write(f"$ {' '.join(action.argv)}\n".encode())
             log.flush()
             proc = subprocess.Popen(
@@ -147,17 +177,87 @@ class Runner:
             )
             if on_start:
                 on_start(proc.pid)
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                log.write(raw)
-                log.flush()
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                tail.append(line)
-                self.sink(Output(action=action.id, line=line))
+
+            def line(raw: bytes) -> None:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                tail.append(text)
+                self.sink(Output(action=action.id, line=text))
                 if on_line:
-                    on_line(line)
+                    on_line(text)
+
+            def look(main_ended: bool) -> None:
+                if leftovers is None:
+                    return
+                if main_ended:
+                    self._end(action, leftovers, leftovers.remaining(), "its main process ended")
+                else:
+                    held = leftovers.holding_output(proc.pid)
+                    self._end(action, leftovers, held, "they held its output open")
+
+            try:
+                _stream(proc, log, line, look)
+            finally:
+                assert proc.stdout is not None
+                proc.stdout.close()
             code = proc.wait()
+            look(True)  # what it left that had let go of the output
             # a process killed by a signal reads as 128 + signal, as a shell shows it
             exit_code = 128 - code if code < 0 else code
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
         return Result(exit_code, time.monotonic() - start, list(tail))
+
+    def _end(
+        self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str
+    ) -> None:
+        if not procs:
+            return
+        ended = leftovers.end(procs)
+        self.sink(
+            Notice(
+                text=f"{action.id} left {len(ended)} process(es) running "
+                f"(pids {', '.join(map(str, ended[:10]))}): ended them (SIGTERM, then SIGKILL): "
+                f"{why}, and a step ends with its main process"
+            )
+        )
+
+
+def _stream(
+    proc: subprocess.Popen[bytes],
+    log: BinaryIO,
+    line: Callable[[bytes], None],
+    look: Callable[[bool], None],
+) -> None:
+    """Copy the command's output to `log` and hand on each line, until end-of-file or, once
+    its main process has ended, until it has been quiet for POLL_S or DRAIN_S have passed:
+    whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
+    every LEFTOVERS_EVERY_S while it runs and once when its main process has ended."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    pending = b""
+    drain_until: float | None = None
+    looked = time.monotonic()
+    while True:
+        now = time.monotonic()
+        wait = POLL_S if drain_until is None else max(0.0, min(POLL_S, drain_until - now))
+        ready, _, _ = select.select([fd], [], [], wait)
+        if ready:
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                break
+            log.write(chunk)
+            log.flush()
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                line(raw)
+        elif drain_until is not None:
+            break
+        if drain_until is None and proc.poll() is not None:
+            look(True)
+            drain_until = time.monotonic() + DRAIN_S
+        elif drain_until is not None and time.monotonic() >= drain_until:
+            break
+        elif drain_until is None and time.monotonic() - looked >= LEFTOVERS_EVERY_S:
+            look(False)
+            looked = time.monotonic()
+    if pending:
+        line(pending)

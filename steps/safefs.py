@@ -30,6 +30,11 @@ from steps.units import MiB
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted at a log's name fails the open (no reader) or is seen by fstat,
+# instead of blocking the engine.
+_APPEND_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+) | os.O_NOCTTY
 
 
 class UnsafeFile(OSError):
@@ -165,6 +170,33 @@ def make_dir(parent_fd: int, name: str, mode: int, *, uid: int = -1, gid: int = 
         os.close(fd)
         raise
     return fd
+
+
+def open_append(path: Path, mode: int = 0o600) -> tuple[int, Path | None]:
+    """A descriptor appending to root's own regular file at `path` (a log), created with
+    `mode`. Whatever else holds that name (a symlink, a FIFO, a directory, a file of another
+    account's or with other hard links) is never followed or written: it is renamed aside,
+    and a new file is made in its place. Returns the descriptor and where the refused entry
+    went (None: there was none). The directory must be root's own."""
+    aside: Path | None = None
+    try:
+        fd = os.open(path, _APPEND_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK):
+            raise
+        fd = -1
+    if fd >= 0:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid():
+            os.set_blocking(fd, True)
+            os.fchmod(fd, mode)  # an older file of the same name, made under another umask
+            return fd, None
+        os.close(fd)
+    aside = path.with_name(f"{path.name}.refused-{secrets.token_hex(4)}")
+    os.rename(path, aside)  # the name itself, never what a link names
+    fd = os.open(path, _CREATE_FLAGS | os.O_APPEND, mode)
+    os.fchmod(fd, mode)
+    return fd, aside
 
 
 def copy_into(src_fd: int, dir_fd: int, name: str, *, limit: int, mode: int = 0o644) -> None:
