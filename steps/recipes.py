@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from steps.errors import InputError, describe_validation_error
+from steps.inputs import check_toml_shape
 from steps.safefs import UnsafeFile, read_bounded
 from steps.units import MiB
 
@@ -47,28 +48,44 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 RECIPE_FILE_LIMIT = MiB
 SMOKE_TEST_LIMIT = 64 * 1024
 
-# Variables the build environment sets itself or that change what runs: a recipe may not name them.
+# Variables the build environment sets itself or that change what runs: a recipe may not name
+# them. Its variables are given mlsetup's values ("TRUE", an arch list, a count), but even
+# those load code or change the tools under these names (LD_AUDIT=TRUE loads ./TRUE,
+# GCONV_PATH a directory of the build's, PYTHONINSPECT=TRUE holds the build at a prompt).
 RESERVED_VARIABLES = frozenset(
     {
         "PATH",
         "CUDA_HOME",
         "MAX_JOBS",
         "MAKEFLAGS",
+        "MFLAGS",
+        "GNUMAKEFLAGS",
         "PYTORCH_NVCC",
         "HOME",
         "USER",
         "LOGNAME",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
+        "TMPDIR",
         "BASH_ENV",
         "ENV",
         "IFS",
         "SHELL",
+        "GCONV_PATH",  # glibc's iconv modules (code loaded into any process)
+        "GLIBC_TUNABLES",
+        "LOCPATH",
+        "NLSPATH",
+        "HOSTALIASES",
+        "MALLOC_CHECK_",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "RUBYLIB",
     }
 )
+# ... and every variable of these families: the dynamic loader (LD_PRELOAD, LD_AUDIT,
+# LD_LIBRARY_PATH), Python's own (PYTHONPATH, PYTHONINSPECT, PYTHONSTARTUP), the package tools'
+# (uv, pip, setuptools, conda) and mlsetup's settings.
+RESERVED_PREFIXES = ("LD_", "PYTHON", "UV_", "PIP_", "SETUPTOOLS_", "CONDA_", "MLSETUP_")
 
 PackageName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
@@ -82,10 +99,12 @@ Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
 
 
 def _variable(value: str) -> str:
-    if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or value in RESERVED_VARIABLES):
+    reserved = value in RESERVED_VARIABLES or value.startswith(RESERVED_PREFIXES)
+    if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or reserved):
         raise ValueError(
             "allowed: an environment variable name (A-Z, 0-9, _) that the build does not set "
-            f'itself (not {", ".join(sorted(RESERVED_VARIABLES))}), or ""'
+            f"itself and that loads no code (not {', '.join(sorted(RESERVED_VARIABLES))}, "
+            f'nor one starting {", ".join(RESERVED_PREFIXES)}), or ""'
         )
     return value
 
@@ -307,9 +326,12 @@ def _tuples(fields: dict[str, Any]) -> dict[str, Any]:
 def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
     """The recipes in one file's bytes; any problem is an InputError naming `origin` and the key."""
     try:
-        tables = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{origin}: not UTF-8 text (byte {exc.start})") from None
+    check_toml_shape(text, origin)  # bounded before tomllib sees it (steps.inputs)
+    try:
+        tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{origin}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per nesting level: [[[[...
