@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -15,14 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from steps.events import Notice
+from steps.events import Notice, RunStarted
 from steps.governor import Governor
 from steps.lessons import Lessons
 from steps.safefs import UnsafeFile, make_dir, open_dir
 from tests.common import REPO
-from tests.harness import USER_UID, FakeServer
+from tests.harness import USER_UID, FakeServer, install_extension, wait_for
 from tests.wheels import STANDIN_TORCH
 
 OTHER_UID = 1001  # an account that is neither root nor the operator
@@ -412,3 +414,224 @@ def test_open_dir_refuses_a_link_with_a_reason(tmp_path: Path):
         open_dir(tmp_path / "link")
     assert str(caught.value) == f"{tmp_path / 'link'}: is a symbolic link"
     assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+
+
+# -- (f) a link planted at an action's log -------------------------------------------------------
+
+
+def _failed_toolkit_run(server: FakeServer) -> Path:
+    """An apply that stops at the toolkit (apt-get exits 100): its run directory, where the
+    resume writes the toolkit's log again."""
+    server.machine.driver_loaded("580.105.08")
+    server.script({"apt-get cuda-toolkit-13-0": {"exit": 100}})
+    first = apply(server)
+    assert first.returncode == 1, first.stdout + first.stderr
+    server.script({})
+    return (server.root / "var/log/mlsetup/current").resolve()
+
+
+def test_a_link_planted_at_an_action_log_is_set_aside_not_appended_to(server: FakeServer):
+    shadow = server.base / "shadow"
+    before = root_only_file(shadow)
+    run_dir = _failed_toolkit_run(server)
+    log = run_dir / "toolkit.install-13.0.log"
+    log.unlink()
+    log.symlink_to(shadow)
+    resume = server.mlsetup("apply", "--resume")
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    assert fingerprint(shadow) == before
+    assert not log.is_symlink() and "cuda-toolkit-13-0" in log.read_text()
+    aside = list(run_dir.glob("toolkit.install-13.0.log.refused-*"))
+    assert len(aside) == 1 and aside[0].is_symlink()
+    assert any(f"{log} was not a log file of root's own" in t for t in notices(server))
+
+
+# -- (g) the environment a resume restores -------------------------------------------------------
+
+SITECUSTOMIZE = """
+import os
+with open({marker!r}, "a") as f:
+    f.write(f"uid {{os.getuid()}} ran sitecustomize\\n")
+"""
+PRELOAD_C = """
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "uid %%d loaded the planted library\\n", (int)getuid()); fclose(f); }
+}
+"""
+
+
+def test_a_tampered_state_environment_is_filtered_like_the_one_taken_at_start(
+    server: FakeServer,
+):
+    """`environment` in state.json is restored by `apply --resume`: LD_PRELOAD and PYTHONPATH
+    edited into it on disk reach neither the resumed engine nor anything it starts."""
+    _failed_toolkit_run(server)
+    planted = server.base / "planted"
+    planted.mkdir()
+    marker = server.base / "planted-ran.txt"
+    (planted / "sitecustomize.py").write_text(SITECUSTOMIZE.format(marker=str(marker)))
+    environment = {"PYTHONPATH": f"{planted}:{REPO}", "PYTHONINSPECT": "1"}
+    if shutil.which("cc"):
+        source = planted / "planted.c"
+        source.write_text(PRELOAD_C % marker)
+        library = planted / "planted.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", library, source], check=True)
+        environment["LD_PRELOAD"] = str(library)
+    state_file = server.root / "var/lib/mlsetup/state.json"
+    state = json.loads(state_file.read_text())
+    state["environment"].update(environment)
+    state_file.write_text(json.dumps(state))
+    resume = server.mlsetup("apply", "--resume")
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    assert not marker.exists(), marker.read_text()
+    kept = server.state_file()  # the run is done: its environment is dropped
+    assert kept["phase"] == "done" and kept["environment"] == {}
+
+
+def _root_venv(server: FakeServer) -> Path:
+    """Answers for a venv of root's (venv.user = "root"), in a directory of root's that the
+    machine's root reaches too (as the user's home is)."""
+    venvs = server.base / "root-venvs"
+    venvs.mkdir(mode=0o755)
+    inside = server.root / str(venvs).lstrip("/")
+    inside.parent.mkdir(parents=True, exist_ok=True)
+    inside.symlink_to(venvs)
+    server.write_answers(venv=str(venvs / "ml-env"))
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "root"\n')
+    server.answers.write_text(text)
+    return venvs / "ml-env"
+
+
+# -- (h) a uv cache of the invoking user's ------------------------------------------------------
+
+
+def test_root_runs_uv_with_its_own_cache_not_the_invoking_users(server: FakeServer):
+    """venv.user = "root": every uv command runs as root. The invoking user's UV_CACHE_DIR
+    (kept by sudo -E, say) is theirs, with their links in it: root's uv never writes there."""
+    victim = server.base / "root-dir"
+    victim.mkdir(mode=0o700)
+    cache = server.base / "user-cache"
+    cache.mkdir()
+    os.chown(cache, USER_UID, USER_UID)
+    for name in ("interpreter-v4", "wheels-v5", "archive-v0", "simple-v16", "sdists-v9"):
+        by_account(PLANT_KEY_LINK, str(cache / name), str(victim))
+    venv = _root_venv(server)
+    server.machine.driver_loaded("580.105.08")
+    run = server.mlsetup("apply", "--answers", str(server.answers), UV_CACHE_DIR=str(cache))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (venv / "bin/python").exists() and venv.stat().st_uid == 0
+    assert list(victim.iterdir()) == []
+    written = [p for p in cache.rglob("*") if p.lstat().st_uid == 0]
+    assert written == [], written
+
+
+# -- (i) recipe variables that load code ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variable", ["LD_AUDIT", "GCONV_PATH", "PYTHONINSPECT", "UV_CACHE_DIR", "PIP_CONFIG_FILE"]
+)
+def test_a_recipe_may_not_name_a_variable_that_loads_code(server: FakeServer, variable: str):
+    recipe = server.recipes / "tinyext.toml"
+    recipe.write_text(recipe.read_text().replace('"TINYEXT_FORCE_BUILD"', f'"{variable}"'))
+    server.machine.driver_loaded("580.105.08")
+    run = apply(server)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"{recipe}" in run.stderr and "force_build_variable" in run.stderr, run.stderr
+    assert "loads no code" in run.stderr and "Traceback" not in run.stderr
+    assert server.calls() == []  # nothing ran
+
+
+# -- (j) PID reuse --------------------------------------------------------------------------------
+
+SLOW_BUILD_SETUP = """
+import os, sys, time
+from setuptools import setup
+
+marker = os.path.expanduser("~/slow-build-started")
+if "bdist_wheel" in sys.argv and not os.path.exists(marker):
+    open(marker, "w").close()
+    time.sleep(300)
+setup(name="slowext", version="0.1.0", packages=["slowext"])
+"""
+# Another account's program, started at the pid the interrupted build had, named as the build
+# was (a `python` on its command line), with a child of its own.
+IMPOSTOR = """
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _spawn_at_pid(pid: int, argv: list[str], uid: int) -> subprocess.Popen:
+    """`argv` run by `uid` with process id `pid` (the kernel's next pid set through
+    /proc/sys/kernel/ns_last_pid; tried again while another process takes it first)."""
+    for _ in range(200):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(
+            argv, user=uid, group=uid, extra_groups=[], cwd="/", stdout=subprocess.PIPE, text=True
+        )
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.fail(f"could not start a process at pid {pid}")
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        top = psutil.Process(pid)
+        return [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@needs_root
+def test_a_reused_pid_of_another_account_is_not_ended_as_the_interrupted_build(
+    server: FakeServer,
+):
+    """The engine dies (kill -9, its watchdog too) while the build runs; the build is gone
+    by the time the account 1001 gets its pid (ns_last_pid) for a program called `python`.
+    The resume must see that this is not the build: it started later, as another account."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "slowext", SLOW_BUILD_SETUP)
+    viewer = server.popen("apply", "--answers", str(server.answers))
+    build = "extensions.slowext.build"
+    wait_for(lambda: (server.home / "slow-build-started").exists(), timeout=240)
+    pid = server.state_file()["actions"][build]["pid"]
+    engine = [e for e in server.events() if isinstance(e, RunStarted)][-1].pid
+    watchdogs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "steps.orphans" in (p.info["cmdline"] or [])
+        and str(server.root) in " ".join(p.info["cmdline"])
+    ]
+    for p in [psutil.Process(engine), *watchdogs]:
+        p.kill()
+    viewer.wait(timeout=30)
+    for p in _tree(pid):  # the build too: its pid is free again
+        p.kill()
+    wait_for(lambda: not psutil.pid_exists(pid), timeout=30)
+    named = server.base / "impostor"
+    named.mkdir()
+    (named / "python").symlink_to(USER_PYTHON)
+    impostor = _spawn_at_pid(pid, [str(named / "python"), "-c", IMPOSTOR], OTHER_UID)
+    try:
+        assert impostor.stdout is not None
+        child = int(impostor.stdout.readline())
+        wait_for(server.apply_lock_free)
+        resume = server.mlsetup("apply", "--resume", timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert impostor.poll() is None, "the other account's process was ended"
+        assert psutil.pid_exists(child) and psutil.Process(child).uids().real == OTHER_UID
+        assert "still running (pid" not in resume.stdout
+    finally:
+        for p in _tree(pid):
+            p.kill()
+        impostor.wait()
+    print(f"pid reuse: account {OTHER_UID}'s process at the build's pid {pid} was left alone")
