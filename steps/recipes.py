@@ -37,7 +37,14 @@ from pydantic import (
 
 from steps.errors import InputError, describe_validation_error
 from steps.inputs import check_toml_shape
-from steps.safefs import UnsafeFile, read_bounded
+from steps.safefs import (
+    UnsafeFile,
+    Untrusted,
+    open_trusted_dir,
+    open_trusted_file,
+    read_bounded,
+    read_fd,
+)
 from steps.units import MiB
 
 if sys.version_info >= (3, 11):
@@ -343,6 +350,59 @@ def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
     return {name: _recipe(name, model) for name, model in models.items()}
 
 
+def read_recipe_dir(directory: Path, explicit: bool) -> dict[str, ExtensionRecipe]:
+    """The recipes of the *.toml files in an operator's recipe directory, in name order (a
+    later file's recipe replaces an earlier one of the same name). Root runs what a recipe
+    says (its smoke test, its build's variables), so the directory, those above it and each
+    file must be root's alone (or, for mlsetup run by another account, that account's), as
+    a wheelhouse must: else an InputError with the command that fixes it. A missing default
+    directory has none; a directory the operator named explicitly must exist."""
+    owners = {0, os.geteuid()}
+    try:
+        dir_fd = open_trusted_dir(directory, owners)
+    except Untrusted as exc:
+        raise InputError(_untrusted(directory, exc)) from None
+    except FileNotFoundError:
+        if explicit:
+            raise InputError(f"{directory}: recipe directory does not exist") from None
+        return {}
+    except UnsafeFile as exc:
+        raise InputError(f"{directory}: refused as a recipe directory: {exc.strerror}") from None
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot open recipe directory: {exc.strerror}") from None
+    recipes: dict[str, ExtensionRecipe] = {}
+    try:
+        for name in sorted(n for n in os.listdir(dir_fd) if n.endswith(".toml")):
+            recipes.update(_read_trusted(directory / name, dir_fd, owners))
+    finally:
+        os.close(dir_fd)
+    return recipes
+
+
+def _read_trusted(path: Path, dir_fd: int, owners: set[int]) -> dict[str, ExtensionRecipe]:
+    try:
+        fd = open_trusted_file(path.name, dir_fd, owners, path)
+        try:
+            data = read_fd(fd, RECIPE_FILE_LIMIT, path)
+        finally:
+            os.close(fd)
+    except Untrusted as exc:
+        raise InputError(_untrusted(path, exc)) from None
+    except UnsafeFile as exc:
+        raise InputError(f"{path}: refused as a recipe file: {exc.strerror}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read recipe file: {exc.strerror}") from None
+    return parse_recipes(data, str(path))
+
+
+def _untrusted(what: Path, exc: Untrusted) -> str:
+    return (
+        f"{what}: refused for recipes: {exc.filename} {exc.strerror}; root runs what a recipe "
+        "says (its smoke test, its build's variables), so the recipe directory, those above "
+        f"it and each file must be root's alone: {exc.fix}"
+    )
+
+
 def read_recipe_file(path: Path) -> dict[str, ExtensionRecipe]:
     try:
         data = read_bounded(path, RECIPE_FILE_LIMIT)
@@ -351,19 +411,3 @@ def read_recipe_file(path: Path) -> dict[str, ExtensionRecipe]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read recipe file: {exc.strerror}") from None
     return parse_recipes(data, str(path))
-
-
-def recipe_files(directory: Path, explicit: bool) -> list[Path]:
-    """The *.toml files of a recipe directory, sorted. A missing default directory has none; a
-    directory the operator named explicitly must exist."""
-    try:
-        with os.scandir(directory) as entries:
-            return sorted(directory / e.name for e in entries if e.name.endswith(".toml"))
-    except FileNotFoundError:
-        if explicit:
-            raise InputError(f"{directory}: recipe directory does not exist") from None
-        return []
-    except NotADirectoryError:
-        raise InputError(f"{directory}: recipe directory is not a directory") from None
-    except OSError as exc:
-        raise InputError(f"{directory}: cannot list recipe directory: {exc.strerror}") from None

@@ -44,6 +44,15 @@ class UnsafeFile(OSError):
         return f"{self.filename}: {self.strerror}"
 
 
+class Untrusted(UnsafeFile):
+    """A file or directory another account could change, so root must not run what it holds.
+    `fix`: the command that makes it root's alone."""
+
+    def __init__(self, why: str, path: str | Path, fix: str) -> None:
+        super().__init__(0, why, str(path))
+        self.fix = fix
+
+
 def single_component(name: str) -> str:
     """`name` if it names one entry of a directory (no "/", not "." or "..", no NUL)."""
     if not name or name in (".", "..") or "/" in name or "\0" in name:
@@ -76,16 +85,22 @@ def read_bounded(
     reading more than `limit + 1` of them."""
     fd = open_regular(path, dir_fd=dir_fd, owner=owner)
     try:
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, MiB))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        return read_fd(fd, limit, path)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int, path: str | Path) -> bytes:
+    """The rest of the open file `fd`, refused (UnsafeFile, naming `path`) past `limit` bytes
+    without reading more than `limit + 1` of them."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
     data = b"".join(chunks)
     if len(data) > limit:
         raise UnsafeFile(0, f"is larger than {limit} bytes", str(path))
@@ -154,6 +169,48 @@ def trusted_dir(
         os.close(fd)
         raise
     return fd
+
+
+def open_trusted_dir(path: str | Path, owners: Collection[int]) -> int:
+    """A descriptor for the directory `path` whose files root may act on (recipes it runs): it
+    and every directory above it belong to one of `owners` and no other account can write to
+    them; above it, a sticky directory such as /tmp is fine (no one else may rename what is in
+    it). Untrusted, naming the directory at fault and the fix, otherwise."""
+    real = Path(os.path.realpath(path))
+    for above in reversed(real.parents):
+        _check_trusted(os.stat(above), owners, above, sticky_ok=True)
+    fd = open_dir(real)
+    try:
+        _check_trusted(os.fstat(fd), owners, real, sticky_ok=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_trusted_file(name: str, dir_fd: int, owners: Collection[int], shown: Path) -> int:
+    """A read descriptor for the regular file `name` in the trusted directory `dir_fd`: never
+    through a link, belonging to one of `owners`, writable by no other account (`shown`: its
+    path, for the refusal)."""
+    fd = open_regular(single_component(name), dir_fd=dir_fd)
+    try:
+        _check_trusted(os.fstat(fd), owners, shown, sticky_ok=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_trusted(
+    st: os.stat_result, owners: Collection[int], path: Path, sticky_ok: bool
+) -> None:
+    if st.st_uid not in owners:
+        raise Untrusted(f"belongs to uid {st.st_uid}, not root", path, f"sudo chown root {path}")
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        mode = stat.S_IMODE(st.st_mode)
+        raise Untrusted(
+            f"is writable by other accounts (mode {mode:04o})", path, f"sudo chmod go-w {path}"
+        )
 
 
 def make_dir(parent_fd: int, name: str, mode: int, *, uid: int = -1, gid: int = -1) -> int:

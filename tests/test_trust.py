@@ -635,3 +635,65 @@ def test_a_reused_pid_of_another_account_is_not_ended_as_the_interrupted_build(
             p.kill()
         impostor.wait()
     print(f"pid reuse: account {OTHER_UID}'s process at the build's pid {pid} was left alone")
+
+
+# -- (k) a recipe directory other accounts can write ---------------------------------------------
+
+OVERRIDE_SMOKE = """
+import sys
+recipe, marker = sys.argv[1:]
+smoke = f"open('{marker}', 'a').write(str(__import__('os').getuid()))"
+text = open(recipe).read().replace("smoke_test = ", f"smoke_test = \\"{smoke}\\"\\n#")
+open(sys.argv[1].rsplit("/", 1)[0] + "/zz-other.toml", "w").write(text)
+"""
+
+
+@pytest.mark.parametrize("where", ["MLSETUP_EXTENSIONS_DIR", "/etc/mlsetup/extensions.d"])
+def test_a_recipe_directory_other_accounts_can_write_is_refused_with_the_chmod(
+    server: FakeServer, where: str
+):
+    """uid 1001 drops zz-other.toml into a 0777 recipe directory, overriding the recipe's
+    smoke test: the apply refuses the directory (exit 2), runs nothing, and says the fix."""
+    env = {}
+    recipes = server.recipes
+    if where.startswith("/"):
+        recipes = server.root / where.lstrip("/")
+        recipes.parent.mkdir(parents=True)
+        shutil.copytree(server.recipes, recipes)
+        env["MLSETUP_EXTENSIONS_DIR"] = ""  # unset: the machine's own directory
+    recipes.chmod(0o777)
+    drop = server.base / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)  # where the smoke test, whoever runs it, can say so
+    marker = drop / "smoke-ran"
+    by_account(OVERRIDE_SMOKE, str(recipes / "tinyext.toml"), str(marker), uid=OTHER_UID)
+    assert (recipes / "zz-other.toml").stat().st_uid == OTHER_UID  # the attack is in place
+    server.machine.driver_loaded("580.105.08")
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"{recipes} is writable by other accounts (mode 0777)" in run.stderr, run.stderr
+    assert f"sudo chmod go-w {recipes}" in run.stderr and "Traceback" not in run.stderr
+    assert not marker.exists() and server.calls() == []
+
+
+@pytest.mark.parametrize("attack", ["file-0666", "file-of-another-account", "parent-0777"])
+def test_a_recipe_file_or_a_directory_above_that_others_can_change_is_refused(
+    server: FakeServer, attack: str
+):
+    recipe = server.recipes / "tinyext.toml"
+    bad: Path = recipe
+    if attack == "file-0666":
+        recipe.chmod(0o666)
+        fix = f"sudo chmod go-w {recipe}"
+    elif attack == "file-of-another-account":
+        os.chown(recipe, OTHER_UID, OTHER_UID)
+        fix = f"sudo chown root {recipe}"
+    else:
+        bad = server.base
+        bad.chmod(0o777)  # anyone may rename the recipe directory away and put theirs there
+        fix = f"sudo chmod go-w {bad}"
+    server.machine.driver_loaded("580.105.08")
+    run = apply(server)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"{bad} " in run.stderr and fix in run.stderr, run.stderr
+    assert server.calls() == []
