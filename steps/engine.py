@@ -293,6 +293,8 @@ class Engine:
         result = self.actions.run_action(step, action, self.builds.compile if build else None)
         if result is not None and build:
             self.builds.publish(action)
+        if result is not None and action.kind == "unpack":
+            self.builds.record_unpack(action)
         if result is not None and step == "venv" and action.kind == "smoke":
             self.stack.smoke_result(result)
         if action.reboot_after:

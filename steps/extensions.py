@@ -15,6 +15,7 @@ from steps.answers import Answers
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
 from steps.plan import Action, Step, pending, satisfied
+from steps.sourcetree import SOURCE
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
 
@@ -60,25 +61,39 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     return env
 
 
-def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
-    """The wheel cache key, once the venv's torch is known."""
+def target_key(target: BuildTarget, venv: VenvState | None, builder: str) -> str | None:
+    """The wheel cache key of the wheel `builder` (an account's name, "root") compiled for
+    this target, once the venv's torch is known."""
     torch = venv.version_of("torch") if venv else None
     if venv is None or torch is None or venv.python_version is None:
         return None
     python = ".".join(venv.python_version.split(".")[:2])
     return wheel_key(
-        target.recipe.package, target.answer.version, torch, python, target.arch_value or "native"
+        target.recipe.package,
+        target.answer.version,
+        torch,
+        python,
+        target.arch_value or "native",
+        builder,
     )
 
 
+def usable_keys(
+    target: BuildTarget, choices: Choices, venv: VenvState | None
+) -> list[tuple[str, str]]:
+    """(builder, key) of each wheel this venv may get, in order: the one its owner built, then
+    the one root built (DESIGN.md, "Trust": never another account's)."""
+    builders = dict.fromkeys([choices.owner.name, "root"])
+    return [(b, k) for b in builders if (k := target_key(target, venv, b)) is not None]
+
+
 def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[str, str]]:
-    """key -> (package, version) for each extension whose wheel could already exist."""
-    out = {}
-    for target in choices.build_targets:
-        key = target_key(target, venv)
-        if key:
-            out[key] = (target.recipe.package, target.answer.version)
-    return out
+    """key -> (package, version) for each wheel the venv could get that may already exist."""
+    return {
+        key: (target.recipe.package, target.answer.version)
+        for target in choices.build_targets
+        for _, key in usable_keys(target, choices, venv)
+    }
 
 
 # Neither isolates the build: the build (and the sdist's metadata step) imports the venv's torch.
@@ -107,13 +122,16 @@ def _actions(
         if recipe.smoke_test
         else []
     )
-    key = target_key(target, venv)
-    if key is not None and key in wheels:
+    builder, key = next(
+        ((b, k) for b, k in usable_keys(target, choices, venv) if k in wheels), ("", "")
+    )
+    if key:
         install = Action(
             id=f"extensions.{name}.install-wheel",
             kind="install",
             target=name,
-            title=f"Install {name} {answer.version} from the wheel built earlier ({key})",
+            title=f"Install {name} {answer.version} from the wheel {builder} built earlier "
+            f"({wheels[key]})",
             argv=_install_argv(py, wheels[key], f"{recipe.package}=={answer.version}"),
             user=user,
         )
@@ -173,7 +191,7 @@ def _source_actions(
     requirement = target.recipe.requirement_for(version)
     if requirement.startswith("/") and not requirement.endswith(ARCHIVES):
         return [], requirement
-    source, archive, actions = f"{tree}/src", requirement, []
+    source, archive, actions = f"{tree}/{SOURCE}", requirement, []
     if not requirement.startswith("/"):
         archive = f"{tree}/dist"
         actions.append(

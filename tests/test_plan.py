@@ -225,7 +225,7 @@ def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
         torch_cuda="13.0",
     )
     (key,) = wanted_wheels(choose(facts, answers), venv)
-    assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
+    assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90_by-root"
     plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
     ids = [a.id for a in plan.step("extensions").actions]
     assert ids == ["extensions.flash-attn.install-wheel", "extensions.flash-attn.smoke"]

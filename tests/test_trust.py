@@ -13,13 +13,14 @@ import signal
 import stat
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from steps.events import Notice, RunStarted
+from steps.events import ActionStarted, Notice, RunStarted
 from steps.governor import Governor
 from steps.lessons import Lessons
 from steps.safefs import UnsafeFile, make_dir, open_dir
@@ -31,7 +32,7 @@ OTHER_UID = 1001  # an account that is neither root nor the operator
 USER_PYTHON = "/usr/bin/python3"  # one every account can run (the test venv may not be)
 WHEEL = "tinyext-0.1.0-py3-none-any.whl"
 PY = "{}.{}".format(*sys.version_info[:2])
-KEY = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py{PY}_archs-native"
+KEY = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py{PY}_archs-native_by-mluser"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another account")
 SECRET = b"root:$y$j9T$only-root-may-read-this:20000:0:99999:7:::\n"
 
@@ -491,18 +492,23 @@ def test_a_tampered_state_environment_is_filtered_like_the_one_taken_at_start(
     assert kept["phase"] == "done" and kept["environment"] == {}
 
 
-def _root_venv(server: FakeServer) -> Path:
+def _root_venv(server: FakeServer, extension: str = "tinyext") -> Path:
     """Answers for a venv of root's (venv.user = "root"), in a directory of root's that the
     machine's root reaches too (as the user's home is)."""
     venvs = server.base / "root-venvs"
-    venvs.mkdir(mode=0o755)
+    venvs.mkdir(mode=0o755, exist_ok=True)
     inside = server.root / str(venvs).lstrip("/")
-    inside.parent.mkdir(parents=True, exist_ok=True)
-    inside.symlink_to(venvs)
-    server.write_answers(venv=str(venvs / "ml-env"))
-    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "root"\n')
-    server.answers.write_text(text)
+    if not inside.is_symlink():
+        inside.parent.mkdir(parents=True, exist_ok=True)
+        inside.symlink_to(venvs)
+    _venv_of(server, "root", venvs / "ml-env", extension)
     return venvs / "ml-env"
+
+
+def _venv_of(server: FakeServer, account: str, venv: Path, extension: str) -> None:
+    server.write_answers(venv=str(venv), extension=extension)
+    text = server.answers.read_text().replace("[venv]\n", f'[venv]\nuser = "{account}"\n')
+    server.answers.write_text(text)
 
 
 # -- (h) a uv cache of the invoking user's ------------------------------------------------------
@@ -697,3 +703,147 @@ def test_a_recipe_file_or_a_directory_above_that_others_can_change_is_refused(
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"{bad} " in run.stderr and fix in run.stderr, run.stderr
     assert server.calls() == []
+
+
+# -- (l) a build tree another account compiled in, or whose files changed ------------------------
+
+PLAIN_SETUP = """
+from setuptools import setup
+setup(name="treeext", version="0.1.0", packages=["treeext"])
+"""
+# What uid 1000 does to the tree it compiled in: its setup.py and the package it builds say who
+# runs them, in a directory anyone may write to.
+EDIT_TREE = """
+import sys
+src, marker = sys.argv[1:]
+line = f"open({marker!r}, 'a').write('ran as uid %d\\\\n' % __import__('os').getuid())\\n"
+for name in ("setup.py", "treeext/__init__.py"):
+    text = open(f"{src}/{name}").read()
+    open(f"{src}/{name}", "w").write(line + text)
+print("edited")
+"""
+
+
+def _tree_edited_by_the_user(server: FakeServer) -> tuple[Path, Path]:
+    """An apply for the venv of uid 1000 that compiles treeext from a root-owned archive in
+    its build tree, then that account's edits in the tree. The tree and the marker the edited
+    code would write."""
+    install_extension(server, "treeext", PLAIN_SETUP, archive=True, owner=0)
+    server.machine.driver_loaded("580.105.08")
+    first = apply(server)
+    assert first.returncode == 0, first.stdout + first.stderr
+    tree = server.root / "var/cache/mlsetup/build/treeext-0.1.0"
+    assert tree.stat().st_uid == USER_UID and (tree / "src/setup.py").stat().st_uid == USER_UID
+    drop = server.base / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    marker = drop / "edited-code-ran"
+    assert by_account(EDIT_TREE, str(tree / "src"), str(marker)).strip() == "edited"
+    return tree, marker
+
+
+@pytest.mark.parametrize("account", ["root", "other"])
+def test_a_build_tree_another_account_compiled_in_is_set_aside_not_run(
+    server: FakeServer, account: str
+):
+    """uid 1000 compiled treeext and then edited its setup.py and its package in the build
+    tree. A later apply for root's venv (venv.user = "root"), or for the venv of uid 1001,
+    must not run or import any of it: the tree is set aside and the source unpacked afresh."""
+    tree, marker = _tree_edited_by_the_user(server)
+    shutil.rmtree(server.root / "var/cache/mlsetup/wheels")  # no wheel kept: it compiles again
+    if account == "root":
+        _root_venv(server, "treeext")
+        uid = 0
+    else:
+        home = server.base / "home" / "other"
+        server.machine.user("other", OTHER_UID, home)
+        _venv_of(server, "other", home / "ml-env", "treeext")
+        uid = OTHER_UID
+    run = apply(server)
+    assert not marker.exists(), marker.read_text()  # nothing uid 1000 wrote ran
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "extensions.treeext.build" in server.report()["ran"]
+    assert tree.stat().st_uid == uid and (tree / "src/setup.py").stat().st_uid == uid
+    (aside,) = tree.parent.glob("treeext-0.1.0.set-aside-*")
+    assert aside.stat().st_uid == USER_UID and "ran as uid" in (aside / "src/setup.py").read_text()
+    told = [t for t in notices(server) if "set it aside" in t]
+    assert told and f"belongs to uid {USER_UID} (" in told[0], notices(server)
+
+
+def test_a_build_tree_whose_unpacked_files_changed_is_unpacked_afresh(server: FakeServer):
+    """The same account's tree, its setup.py edited since root recorded the unpack: the next
+    build of it starts from the source, not from the edit."""
+    tree, marker = _tree_edited_by_the_user(server)
+    shutil.rmtree(server.root / "var/cache/mlsetup/wheels")
+    by_account(UNINSTALL, str(server.tools / "uv"), str(server.venv), str(server.home))
+    run = apply(server)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not marker.exists(), marker.read_text()
+    assert "ran as uid" not in (tree / "src/setup.py").read_text()
+    assert any(
+        "unpacked files that changed since the unpack (setup.py, treeext/__init__.py)" in t
+        for t in notices(server)
+    ), notices(server)
+
+
+UNINSTALL = """
+import subprocess, sys
+uv, venv, home = sys.argv[1:]
+argv = [uv, "pip", "uninstall", "--python", f"{venv}/bin/python", "treeext"]
+subprocess.run(argv, check=True, env={"HOME": home, "PATH": "/usr/bin:/bin"})
+"""
+
+
+# -- (m) a wheel another account built -------------------------------------------------------------
+
+MARKING_INIT = "open({marker!r}, 'a').write('imported as uid %d\\n' % __import__('os').getuid())\n"
+
+
+def test_a_wheel_another_account_built_never_goes_into_roots_venv(server: FakeServer):
+    """uid 1000's build of treeext (from its own source, which writes a marker when imported)
+    is kept in the machine's cache. An apply for root's venv with the same torch, Python and
+    GPUs must not install it: root builds its own (from root's source) and keeps it apart."""
+    drop = server.base / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    marker = drop / "imported"
+    users = install_extension(server, "treeext", PLAIN_SETUP, archive=True)  # uid 1000's
+    with tarfile.open(users, "r:gz") as tar:
+        tar.extractall(server.base / "users-src", filter="data")
+    init = server.base / "users-src/treeext-0.1.0/treeext/__init__.py"
+    init.write_text(MARKING_INIT.format(marker=str(marker)))
+    with tarfile.open(users, "w:gz") as tar:
+        tar.add(init.parent.parent, arcname="treeext-0.1.0")
+    server.machine.driver_loaded("580.105.08")
+    first = apply(server)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert marker.read_text() == f"imported as uid {USER_UID}\n"  # its own venv's smoke test
+    cache = server.root / "var/cache/mlsetup/wheels"
+    (users_key,) = [p.name for p in cache.iterdir()]
+    clean = server.base / "root-src" / "treeext-0.1.0.tar.gz"  # the operator's, root's
+    clean.parent.mkdir()
+    init.write_text("")
+    with tarfile.open(clean, "w:gz") as tar:
+        tar.add(init.parent.parent, arcname="treeext-0.1.0")
+    recipe = server.recipes / "treeext.toml"
+    recipe.write_text(recipe.read_text().replace(str(users), str(clean)))
+    _root_venv(server, "treeext")
+    run = apply(server)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert marker.read_text() == f"imported as uid {USER_UID}\n"  # never as root
+    assert "extensions.treeext.build" in server.report()["ran"]
+    assert users_key.endswith("_by-mluser") and sorted(p.name for p in cache.iterdir()) == sorted(
+        [users_key, users_key.replace("_by-mluser", "_by-root")]
+    )
+    # a second root venv gets root's wheel, and the plan says whose and from where
+    shutil.rmtree(server.base / "root-venvs")
+    _root_venv(server, "treeext")
+    again = apply(server)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "extensions.treeext.build" not in server.report()["ran"]
+    (install,) = [
+        e for e in server.events() if isinstance(e, ActionStarted) and e.action_kind == "install"
+    ]
+    assert "from the wheel root built earlier" in install.title
+    assert "/var/cache/mlsetup/wheels/" in install.title and "_by-root" in install.title
+    assert marker.read_text() == f"imported as uid {USER_UID}\n"
