@@ -21,12 +21,19 @@ from steps.applyrun import ApplyRun
 from steps.choices import BuildTarget
 from steps.diagnose import diagnose
 from steps.events import Notice
-from steps.extensions import target_key
+from steps.extensions import ARCHIVES, target_key
 from steps.governor import Governor
 from steps.paths import CACHE_DIR, RUNTIME_DIR
 from steps.plan import Action
 from steps.runner import Result
-from steps.safefs import make_dir, trusted_dir
+from steps.safefs import (
+    Untrusted,
+    check_trusted_tree,
+    make_dir,
+    open_trusted_dir,
+    open_trusted_file,
+    trusted_dir,
+)
 from steps.sourcetree import changed, manifest_path, record
 from steps.units import GiB
 from steps.venvstate import probe_venv
@@ -64,6 +71,7 @@ class ExtensionBuilds:
             build_fd = self._traversable(BUILD_ROOT)
             try:
                 for target in choices.build_targets:
+                    self._check_source(target, owner)
                     name = tree_name(target.answer.name, target.answer.version)
                     self._set_aside_if_not_reusable(build_fd, name, owner)
                     os.close(
@@ -91,6 +99,42 @@ class ExtensionBuilds:
             [t.answer.name for t in choices.build_targets],
             choices.owner.run_as or "root",
         )
+
+    def _check_source(self, target: BuildTarget, owner: Account | None) -> None:
+        """An operator's source named by its recipe (a directory built where it is, or an
+        archive) is code the build runs: it, everything in it and every directory above it
+        must be root's or the compiling account's, writable by no one else. A source from the
+        index is downloaded into the tree by the compiling account itself."""
+        requirement = target.recipe.requirement_for(target.answer.version)
+        if not requirement.startswith("/"):
+            return
+        owners = {os.geteuid(), owner.uid if owner else os.geteuid()}
+        path = Path(requirement)
+        try:
+            if requirement.endswith(ARCHIVES):
+                dir_fd = open_trusted_dir(path.parent, owners)
+                try:
+                    os.close(open_trusted_file(path.name, dir_fd, owners, path))
+                finally:
+                    os.close(dir_fd)
+            else:
+                os.close(open_trusted_dir(path, owners))
+                check_trusted_tree(path, owners)
+        except Untrusted as exc:
+            builder = owner.name if owner else "root"
+            self.run.fail(
+                "extensions",
+                None,
+                None,
+                None,
+                diagnosis=None,
+                what=f"refused to build {target.answer.name} as {builder} from {path}: "
+                f"{exc.filename} {exc.strerror}, and a build runs what its source says; make "
+                f"it {builder}'s or root's alone ({exc.fix}), or build it as its owner "
+                "(venv.user)",
+            )
+        except OSError:
+            return  # missing or unreadable: the build itself says so, in its log
 
     def _set_aside_if_not_reusable(self, build_fd: int, name: str, owner: Account | None) -> None:
         """Move the tree `name` out of the way (renamed in root's build directory, never

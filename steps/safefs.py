@@ -201,15 +201,42 @@ def open_trusted_file(name: str, dir_fd: int, owners: Collection[int], shown: Pa
     return fd
 
 
+def check_trusted_tree(path: Path, owners: Collection[int], limit: int = 200_000) -> None:
+    """Everything below the directory `path` belongs to one of `owners` and, links aside, is
+    writable by no other account (Untrusted naming the first that is not). Nothing is
+    followed; past `limit` entries the tree is refused as well."""
+    seen = 0
+    for top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > limit:
+                raise Untrusted(f"holds more than {limit} entries", path, f"ls {path}")
+            st = os.lstat(name, dir_fd=top_fd)
+            _check_trusted(st, owners, Path(top) / name, sticky_ok=False, fix_all=path)
+
+
 def _check_trusted(
-    st: os.stat_result, owners: Collection[int], path: Path, sticky_ok: bool
+    st: os.stat_result,
+    owners: Collection[int],
+    path: Path,
+    sticky_ok: bool,
+    fix_all: Path | None = None,
 ) -> None:
+    """`sticky_ok`: group or other may write where the sticky bit is set. `fix_all`: the fix is
+    for the whole tree there (chown -R, chmod -R). A link's own mode (always 0777) is no one's
+    write access: only whose it is counts."""
+    recursive, fix_at = ("-R ", fix_all) if fix_all is not None else ("", path)
     if st.st_uid not in owners:
-        raise Untrusted(f"belongs to uid {st.st_uid}, not root", path, f"sudo chown root {path}")
-    if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        raise Untrusted(
+            f"belongs to uid {st.st_uid}, not root", path, f"sudo chown {recursive}root {fix_at}"
+        )
+    writable = st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode)
+    if writable and not (sticky_ok and st.st_mode & stat.S_ISVTX):
         mode = stat.S_IMODE(st.st_mode)
         raise Untrusted(
-            f"is writable by other accounts (mode {mode:04o})", path, f"sudo chmod go-w {path}"
+            f"is writable by other accounts (mode {mode:04o})",
+            path,
+            f"sudo chmod {recursive}go-w {fix_at}",
         )
 
 

@@ -427,6 +427,7 @@ def _failed_toolkit_run(server: FakeServer) -> Path:
     server.script({"apt-get cuda-toolkit-13-0": {"exit": 100}})
     first = apply(server)
     assert first.returncode == 1, first.stdout + first.stderr
+    assert server.report()["failure"]["action"] == "toolkit.install-13.0"  # it ended cleanly
     server.script({})
     return (server.root / "var/log/mlsetup/current").resolve()
 
@@ -525,6 +526,9 @@ def test_root_runs_uv_with_its_own_cache_not_the_invoking_users(server: FakeServ
     for name in ("interpreter-v4", "wheels-v5", "archive-v0", "simple-v16", "sdists-v9"):
         by_account(PLANT_KEY_LINK, str(cache / name), str(victim))
     venv = _root_venv(server)
+    sources = server.base / "src"
+    for path in [sources, *sources.rglob("*")]:  # the extension's source: root's, for root
+        os.chown(path, 0, 0)
     server.machine.driver_loaded("580.105.08")
     run = server.mlsetup("apply", "--answers", str(server.answers), UV_CACHE_DIR=str(cache))
     assert run.returncode == 0, run.stdout + run.stderr
@@ -847,3 +851,36 @@ def test_a_wheel_another_account_built_never_goes_into_roots_venv(server: FakeSe
     assert "from the wheel root built earlier" in install.title
     assert "/var/cache/mlsetup/wheels/" in install.title and "_by-root" in install.title
     assert marker.read_text() == f"imported as uid {USER_UID}\n"
+
+
+# -- (n) an operator's source another account can write ------------------------------------------
+
+MARK_SETUP = """
+import sys
+setup_py, marker = sys.argv[1:]
+text = open(setup_py).read()
+line = f"open({marker!r}, 'a').write('setup.py ran as uid %d\\\\n' % __import__('os').getuid())\\n"
+open(setup_py, "w").write(line + text)
+"""
+
+
+def test_root_never_builds_a_source_directory_another_account_can_write(server: FakeServer):
+    """venv.user = "root" with a recipe whose source directory belongs to uid 1000 (as the
+    harness's tinyext does): root would run that account's setup.py. The build is refused,
+    with the fix, before anything of it runs."""
+    drop = server.base / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    marker = drop / "ran"
+    source = server.base / "src" / "tinyext"
+    by_account(MARK_SETUP, str(source / "setup.py"), str(marker))
+    _root_venv(server)
+    server.machine.driver_loaded("580.105.08")
+    run = apply(server)
+    assert not marker.exists(), marker.read_text()
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"refused to build tinyext as root from {source}" in run.stdout, run.stdout
+    # the first directory at fault is the one above it, uid 1000's too
+    assert f"{source.parent} belongs to uid {USER_UID}" in run.stdout
+    assert f"sudo chown root {source.parent}" in run.stdout
+    assert not any(r.startswith("extensions.") for r in server.report()["ran"])
