@@ -108,7 +108,10 @@ def dpkg_lock_holder(fs: RootFS) -> int | None:
         path = fs.path(target)
         if not path.exists():
             continue
-        fd = os.open(path, os.O_RDWR)
+        try:  # opened for the lock's sake, never written; never through a link
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # not dpkg's own lock file: dpkg, when it runs, says what is wrong
         try:
             # F_GETLK reports a conflicting lock without taking one (struct flock on Linux:
             # short type, short whence, off_t start, off_t len, pid_t pid).
