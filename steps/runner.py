@@ -196,6 +196,12 @@ class Runner:
 
             try:
                 _stream(proc, log, line, look)
+            except BaseException:
+                # its log or the event stream could not be written (a full disk): a build
+                # whose output no one can keep is not left running on its own
+                if leftovers is not None:
+                    leftovers.end(leftovers.remaining())
+                raise
             finally:
                 assert proc.stdout is not None
                 proc.stdout.close()

@@ -676,3 +676,48 @@ def test_a_decisions_log_that_is_a_link_never_stops_the_run(server: FakeServer):
     assert not log.is_symlink() and "resuming run" in log.read_text()
     assert [p.name for p in run_dir.glob("decisions.log.refused-*")], list(run_dir.iterdir())
     assert any("decisions.log was not a log file of root's own" in t for t in _notices(server))
+
+
+# -- a build whose log fills the disk -----------------------------------------------------------
+
+SPINNING_SETUP = """
+import os, sys, time
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:
+    with open(os.path.expanduser("~/spinner.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    deadline = time.time() + 120
+    while time.time() < deadline:  # a build that talks a lot
+        print("compiling " + "x" * 1000, flush=True)
+        time.sleep(0.001)
+setup(name="spinext", version="0.1.0", packages=["spinext"])
+"""
+
+
+def test_a_build_whose_log_fills_the_disk_is_not_left_running(server: FakeServer):
+    """/var/log fills up while a build writes its log: the run ends with the no-space
+    diagnosis, and the build (whose output nothing can keep) ends with it, not minutes later."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "spinext", SPINNING_SETUP)
+    directory = server.root / "var/log/mlsetup"
+    directory.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(directory)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        run = server.mlsetup("apply", "--answers", str(server.answers), "--foreground")
+        ended = time.monotonic()
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "no space left on the device to write" in run.stdout + run.stderr
+        backend = int((server.home / "spinner.pid").read_text())
+        while psutil.pid_exists(backend) and time.monotonic() - ended < 30:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(backend), "the build went on after the run ended"
+        print(f"full /var/log mid-build: the build ended {time.monotonic() - ended:.1f}s after")
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
