@@ -122,6 +122,7 @@ class ExtensionBuilds:
                 check_trusted_tree(path, owners)
         except Untrusted as exc:
             builder = owner.name if owner else "root"
+            whose = f"{builder}'s or root's" if owner else "root's"
             self.run.fail(
                 "extensions",
                 None,
@@ -130,8 +131,7 @@ class ExtensionBuilds:
                 diagnosis=None,
                 what=f"refused to build {target.answer.name} as {builder} from {path}: "
                 f"{exc.filename} {exc.strerror}, and a build runs what its source says; make "
-                f"it {builder}'s or root's alone ({exc.fix}), or build it as its owner "
-                "(venv.user)",
+                f"it {whose} alone ({exc.fix}), or build it as its owner (venv.user)",
             )
         except OSError:
             return  # missing or unreadable: the build itself says so, in its log

@@ -251,8 +251,11 @@ def install_extension(
     (src / module / "__init__.py").write_text("")
     (src / "setup.py").write_text(setup_py)
     requirement: Path = src
-    if archive:
-        requirement = src.with_name(f"{src.name}.tar.gz")
+    if archive:  # in a directory of the archive's owner, as root's build requires
+        archives = server.base / f"archives-of-{owner}"
+        archives.mkdir(exist_ok=True)
+        os.chown(archives, owner, owner)
+        requirement = archives / f"{src.name}.tar.gz"
         with tarfile.open(requirement, "w:gz") as tar:
             tar.add(src, arcname=src.name)
         shutil.rmtree(src)
