@@ -21,6 +21,7 @@ from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
 from steps.rootfs import RootFS
+from steps.runner import carried_environment
 from steps.service import start_detached, take_handover, take_lock
 from steps.settings import settings
 from steps.state import CorruptState, load_state
@@ -48,7 +49,9 @@ def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:
             )
         # The run goes on in the environment it started in (the invoking user, proxies,
         # mlsetup's settings), whoever resumes it: at boot, the resume unit has none of it.
-        os.environ.update(state.environment)
+        # Through the filter that took it at the start: the loader's and Python's variables
+        # (LD_PRELOAD, PYTHONPATH) never come back from a file.
+        os.environ.update(carried_environment(state.environment))
         text, origin = state.answers_toml, state.answers_path
         _say_if_edited(origin, text)
     elif args.answers is None:

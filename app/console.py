@@ -153,7 +153,7 @@ class ConsolePrinter:
         took = f" in {duration(event.elapsed)}" if event.status in ("done", "failed") else ""
         code = f" exit {event.exit_code}" if event.status == "failed" else ""
         self._print(event.t, f"  {mark} {event.action}{code}{took}{extra}")
-        if event.action.endswith(".smoke") and event.status == "done" and self.tail:
+        if event.action_kind == "smoke" and event.status == "done" and self.tail:
             self._print(event.t, f"    → {self.tail[-1]}")  # what the smoke test showed
 
     @__call__.register

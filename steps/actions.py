@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,12 @@ class ActionRunner:
         if self.run.req.dry_run:
             self.run.emit(
                 ActionFinished(
-                    step=step, action=action.id, status="dry-run", exit_code=None, elapsed=0.0
+                    step=step,
+                    action=action.id,
+                    status="dry-run",
+                    exit_code=None,
+                    elapsed=0.0,
+                    action_kind=action.kind,
                 )
             )
             return None
@@ -106,6 +110,7 @@ class ActionRunner:
                 title=action.title,
                 command=action.command_line(),
                 log=str(log_path),
+                action_kind=action.kind,
             )
         )
 
@@ -118,6 +123,7 @@ class ActionRunner:
                 status=status,
                 exit_code=result.exit_code,
                 elapsed=result.elapsed,
+                action_kind=action.kind,
             )
         )
 
@@ -131,6 +137,9 @@ class ActionRunner:
     ) -> Result:
         def started(pid: int) -> None:
             record.pid = pid
+            with contextlib.suppress(psutil.Error):  # gone already: the pid alone is kept
+                p = psutil.Process(pid)
+                record.pid_started, record.pid_uid = p.create_time(), p.uids().real
             self.run.save()
 
         try:
@@ -149,6 +158,7 @@ class ActionRunner:
     def _record_end(self, step: str, action: Action, record: ActionRecord, result: Result) -> None:
         record.status = "done" if result.exit_code == 0 else "failed"
         record.ended, record.exit_code, record.pid = time.time(), result.exit_code, None
+        record.pid_started = record.pid_uid = None
         self.run.save()
         self._finished(step, action, record.status, result)
 
@@ -163,17 +173,22 @@ class ActionRunner:
         record = self.run.state.actions.get(action.id)
         if record is None or record.status != "running" or not record.pid:
             return
-        if not _alive(record.pid, action.argv[0]):
+        process = _same_process(record)
+        if process is None:
             log.info(
-                "%s: the interrupted run's pid %s is gone: running it again", action.id, record.pid
+                "%s: the interrupted run's pid %s is gone (or another process has it now): "
+                "running it again",
+                action.id,
+                record.pid,
             )
             return
-        if action.id.endswith(".build"):
-            self._end_interrupted_build(action, record.pid)
+        if action.kind == "build":
+            self._end_interrupted_build(action, process)
         else:
             self._wait_interrupted(action, record)
 
-    def _end_interrupted_build(self, action: Action, pid: int) -> None:
+    def _end_interrupted_build(self, action: Action, process: psutil.Process) -> None:
+        pid = process.pid
         log.info("%s: the interrupted run's build (pid %s) still runs: ending it", action.id, pid)
         self.run.emit(
             Waiting(
@@ -182,8 +197,7 @@ class ActionRunner:
                 "5s), then building again with the objects it already compiled"
             )
         )
-        with contextlib.suppress(psutil.Error):
-            end_process_tree(psutil.Process(pid))
+        end_process_tree(process)
 
     def _wait_interrupted(self, action: Action, record: ActionRecord) -> None:
         pid, limit = record.pid, self.run.req.interrupted_wait
@@ -201,7 +215,7 @@ class ActionRunner:
             )
         )
         deadline = time.monotonic() + limit
-        while _alive(pid, action.argv[0]):
+        while _same_process(record) is not None:
             if time.monotonic() > deadline:
                 self.run.fail(
                     record.step,
@@ -250,14 +264,18 @@ class ActionRunner:
             )
 
 
-def _alive(pid: int, program: str) -> bool:
-    """pid is running and is still `program` (not a reused pid)."""
+def _same_process(record: ActionRecord) -> psutil.Process | None:
+    """The live process `record` names, if it is still that one: the same pid, started at the
+    same time, of the same account. None once it has ended, or when its pid now belongs to
+    another process (or the record, from an older mlsetup, cannot tell them apart)."""
+    if record.pid is None or record.pid_started is None:
+        return None
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    if ") Z " in status:  # a zombie has ended
-        return False
-    name = os.path.basename(program).encode()
-    return any(os.path.basename(part) == name for part in cmdline[:2])
+        p = psutil.Process(record.pid)
+        if abs(p.create_time() - record.pid_started) > 0.01:
+            return None  # the pid was given to another process since
+        if record.pid_uid is not None and p.uids().real != record.pid_uid:
+            return None
+        return None if p.status() == psutil.STATUS_ZOMBIE else p
+    except psutil.Error:
+        return None

@@ -33,10 +33,16 @@ DOWNLOAD_TOOLS = ("ca-certificates", "curl")  # the keyring's download (nvidia_r
 
 
 def apt_install(
-    action_id: str, title: str, packages: list[str], reboot_after: bool = False
+    action_id: str,
+    title: str,
+    packages: list[str],
+    reboot_after: bool = False,
+    target: str | None = None,
 ) -> Action:
     return Action(
         id=action_id,
+        kind="packages",
+        target=target,
         title=title,
         argv=[*APT_INSTALL, *packages],
         env=dict(APT_ENV),
@@ -59,6 +65,7 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     return [
         Action(
             id="nvidia-repo.apt-update",
+            kind="repo-setup",
             title="Refresh package lists",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),
@@ -67,20 +74,23 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
             "nvidia-repo.tools",
             "Install what fetches NVIDIA's keyring (ca-certificates, curl)",
             list(DOWNLOAD_TOOLS),
-        ),
+        ).model_copy(update={"kind": "repo-setup"}),
         Action(
             id="nvidia-repo.keyring-download",
+            kind="repo-setup",
             title="Download NVIDIA's CUDA repository keyring",
             argv=["curl", "-fsSL", "--retry", "3", "-o", keyring, base + repo.keyring_package],
         ),
         Action(
             id="nvidia-repo.keyring-install",
+            kind="repo-setup",
             title="Install NVIDIA's CUDA repository keyring",
             argv=["dpkg", "-i", keyring],
             env=dict(APT_ENV),
         ),
         Action(
             id="nvidia-repo.update",
+            kind="repo-setup",
             title="Refresh package lists with NVIDIA's repository",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),
@@ -116,7 +126,10 @@ def dpkg_lock_holder(fs: RootFS) -> int | None:
         path = fs.path(target)
         if not path.exists():
             continue
-        fd = os.open(path, os.O_RDWR)
+        try:  # opened for the lock's sake, never written; never through a link
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # not dpkg's own lock file: dpkg, when it runs, says what is wrong
         try:
             # F_GETLK reports a conflicting lock without taking one (struct flock on Linux:
             # short type, short whence, off_t start, off_t len, pid_t pid).

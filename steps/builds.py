@@ -8,23 +8,34 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
-from steps.accounts import lookup_account
+from steps.accounts import Account, account_by_uid, lookup_account
 from steps.applyrun import ApplyRun
 from steps.buildtools import check_root_only, keep_ninja_log, ninja_path, tools_of
 from steps.choices import BuildTarget
 from steps.diagnose import diagnose
 from steps.events import Notice
-from steps.extensions import target_key
+from steps.extensions import ARCHIVES, target_key
 from steps.governor import Governor
 from steps.paths import CACHE_DIR, RUNTIME_DIR
 from steps.plan import Action
 from steps.runner import Result
-from steps.safefs import make_dir, trusted_dir
+from steps.safefs import (
+    Untrusted,
+    check_trusted_tree,
+    make_dir,
+    open_trusted_dir,
+    open_trusted_file,
+    trusted_dir,
+)
+from steps.sourcetree import changed, manifest_path, record
 from steps.units import GiB
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, publish, tree_name
@@ -34,17 +45,12 @@ log = logging.getLogger("mlsetup.builds")
 OOM_RETRIES = 2
 
 
-def is_build(action: Action) -> bool:
-    return action.id.endswith(".build")
-
-
 class ExtensionBuilds:
     def __init__(self, run: ApplyRun) -> None:
         self.run = run
 
     def _target(self, action: Action) -> BuildTarget:
-        name = action.id.split(".")[1]
-        return next(t for t in self.run.choices.build_targets if t.answer.name == name)
+        return next(t for t in self.run.choices.build_targets if t.answer.name == action.target)
 
     def _build_tree(self, target: BuildTarget) -> Path:
         return self.run.fs.path(BUILD_ROOT) / tree_name(target.answer.name, target.answer.version)
@@ -56,7 +62,9 @@ class ExtensionBuilds:
 
         Made through descriptors (steps.safefs): each tree is one name created in root's own
         build directory and handed over by its descriptor, so no name, and nothing the
-        account planted, can make root create or chown a directory elsewhere."""
+        account planted, can make root create or chown a directory elsewhere. A tree that
+        another account compiled in, or whose unpacked files changed since the unpack
+        (steps.sourcetree), is set aside first: nothing in it is run again."""
         choices = self.run.choices
         owner = lookup_account(self.run.fs, choices.owner.run_as) if choices.owner.run_as else None
         try:
@@ -64,7 +72,9 @@ class ExtensionBuilds:
             build_fd = self._traversable(BUILD_ROOT)
             try:
                 for target in choices.build_targets:
+                    self._check_source(target, owner)
                     name = tree_name(target.answer.name, target.answer.version)
+                    self._set_aside_if_not_reusable(build_fd, name, owner)
                     os.close(
                         make_dir(
                             build_fd,
@@ -90,6 +100,90 @@ class ExtensionBuilds:
             [t.answer.name for t in choices.build_targets],
             choices.owner.run_as or "root",
         )
+
+    def _check_source(self, target: BuildTarget, owner: Account | None) -> None:
+        """An operator's source named by its recipe (a directory built where it is, or an
+        archive) is code the build runs: it, everything in it and every directory above it
+        must be root's or the compiling account's, writable by no one else. A source from the
+        index is downloaded into the tree by the compiling account itself."""
+        requirement = target.recipe.requirement_for(target.answer.version)
+        if not requirement.startswith("/"):
+            return
+        owners = {os.geteuid(), owner.uid if owner else os.geteuid()}
+        path = Path(requirement)
+        try:
+            if requirement.endswith(ARCHIVES):
+                dir_fd = open_trusted_dir(path.parent, owners)
+                try:
+                    os.close(open_trusted_file(path.name, dir_fd, owners, path))
+                finally:
+                    os.close(dir_fd)
+            else:
+                os.close(open_trusted_dir(path, owners))
+                check_trusted_tree(path, owners)
+        except Untrusted as exc:
+            builder = owner.name if owner else "root"
+            whose = f"{builder}'s or root's" if owner else "root's"
+            self.run.fail(
+                "extensions",
+                None,
+                None,
+                None,
+                diagnosis=None,
+                what=f"refused to build {target.answer.name} as {builder} from {path}: "
+                f"{exc.filename} {exc.strerror}, and a build runs what its source says; make "
+                f"it {whose} alone ({exc.fix}), or build it as its owner (venv.user)",
+            )
+        except OSError:
+            return  # missing or unreadable: the build itself says so, in its log
+
+    def _set_aside_if_not_reusable(self, build_fd: int, name: str, owner: Account | None) -> None:
+        """Move the tree `name` out of the way (renamed in root's build directory, never
+        entered) unless it is a directory of the account that compiles now whose unpacked
+        files are as recorded."""
+        uid = owner.uid if owner else os.geteuid()
+        manifest = manifest_path(self.run.fs.path(BUILD_ROOT), name)
+        try:
+            st = os.stat(name, dir_fd=build_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            manifest.unlink(missing_ok=True)  # a record of a tree that is gone
+            return
+        builder = owner.name if owner else "root"
+        if not stat.S_ISDIR(st.st_mode):
+            why: str | None = "is not a directory"
+        elif st.st_uid != uid:
+            was = account_by_uid(self.run.fs, st.st_uid)
+            whose = f"uid {st.st_uid} ({was.name if was else 'no account'})"
+            why = f"belongs to {whose}, not to {builder}"
+        else:
+            why = changed(build_fd, name, manifest)
+        if why is None:
+            return
+        aside = f"{name}.set-aside-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        os.rename(name, aside, src_dir_fd=build_fd, dst_dir_fd=build_fd)
+        manifest.unlink(missing_ok=True)
+        log.info("build tree %s %s: set aside as %s", name, why, aside)
+        self.run.emit(
+            Notice(
+                text=f"the build tree {BUILD_ROOT}/{name} {why}: nothing in it runs again; set "
+                f"it aside as {BUILD_ROOT}/{aside} and unpacking the source afresh for {builder}"
+            )
+        )
+
+    def record_unpack(self, action: Action) -> None:
+        """After the unpack: root's record of what it put in the tree, unless the tree's source
+        was already there (checked against its record when the step started)."""
+        target = self._target(action)
+        name = tree_name(target.answer.name, target.answer.version)
+        manifest = manifest_path(self.run.fs.path(BUILD_ROOT), name)
+        if manifest.exists():
+            return
+        build_fd = self._traversable(BUILD_ROOT)
+        try:
+            record(build_fd, name, manifest)
+        finally:
+            os.close(build_fd)
+        log.info("%s: recorded the unpacked source of %s in %s", action.id, name, manifest)
 
     def _traversable(self, directory: str) -> int:
         """One of root's own directories, made or checked as only root's and opened; anyone may
@@ -209,6 +303,7 @@ class ExtensionBuilds:
                 extra_env={**governor.env(), **tools},
                 on_line=governor.feed_line,
                 on_start=govern,
+                end_leftovers=True,  # the step ends with its main process (DESIGN.md, "Trust")
             )
 
     # -- the wheel ----------------------------------------------------------------------------
@@ -216,7 +311,8 @@ class ExtensionBuilds:
     def publish(self, action: Action) -> None:
         """Keep the wheel just built in the machine's cache and the fleet's wheelhouse."""
         target = self._target(action)
-        key = target_key(target, probe_venv(self.run.fs, self.run.choices.venv_path))
+        venv = probe_venv(self.run.fs, self.run.choices.venv_path)
+        key = target_key(target, venv, action.user or "root")  # who compiled it
         if key is None:
             log.info("%s: no wheel key for the venv as it is: nothing published", action.id)
             return

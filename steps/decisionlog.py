@@ -13,6 +13,8 @@ import logging
 import os
 from pathlib import Path
 
+from steps.safefs import open_append
+
 ROOT_LOGGER = "mlsetup"
 FORMAT = "%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s"
 
@@ -28,20 +30,34 @@ class _QuietHandler(logging.StreamHandler):
 
 
 class DecisionLog:
-    """Attaches a root-only file handler to the `mlsetup` loggers for one run's life."""
+    """Attaches a root-only file handler to the `mlsetup` loggers for one run's life.
+
+    It never stops a run: anything but root's own file at `path` (a link, a FIFO) is set aside
+    and a new one made (steps.safefs.open_append); a log that cannot be opened at all is done
+    without. `note` says what happened then, for the operator."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        os.fchmod(fd, 0o600)  # an older file of this run, made under another umask
         self.path = path
+        self.note: str | None = None
+        self._handler: _QuietHandler | None = None
+        try:
+            fd, aside = open_append(path)
+        except OSError as exc:
+            self.note = f"no decisions log this run: {path}: {exc.strerror or exc}"
+            return
+        if aside is not None:
+            self.note = (
+                f"{path} was not a log file of root's own (a link, a FIFO, another account's "
+                f"file): moved it to {aside}, unread and unfollowed; the log starts afresh"
+            )
         self._handler = _QuietHandler(os.fdopen(fd, "a", encoding="utf-8"))
         self._handler.setFormatter(logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
         _root.addHandler(self._handler)
         _root.setLevel(logging.DEBUG)
 
     def close(self) -> None:
+        if self._handler is None:
+            return
         _root.removeHandler(self._handler)
         self._handler.close()
         with contextlib.suppress(OSError):  # a full disk: the unwritten rest is lost, not the run

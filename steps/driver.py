@@ -52,6 +52,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
         actions += [
             Action(
                 id="driver.blacklist-nouveau",
+                kind="config-file",
                 title="Blacklist nouveau",
                 argv=[
                     "install",
@@ -63,6 +64,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
             ),
             Action(
                 id="driver.initramfs",
+                kind="initramfs",
                 title="Rebuild the initramfs without nouveau",
                 argv=["update-initramfs", "-u"],
             ),

@@ -38,7 +38,7 @@ from steps.applyrun import (
     continue_command,
     naming,
 )
-from steps.builds import ExtensionBuilds, is_build
+from steps.builds import ExtensionBuilds
 from steps.choices import choose
 from steps.decisionlog import DecisionLog
 from steps.diagnose import no_space
@@ -92,6 +92,7 @@ class Engine:
         self._decisions: DecisionLog | None = None
         self._lock_taken = "none (dry run)"  # how the apply lock was held, for decisions.log
         self._marks: dict[str, float] = {}  # monotonic times of the run's phases, for the log
+        self._log_notes: list[str] = []  # what opening this run's logs set aside, to say so
 
     @property
     def req(self) -> ApplyRequest:
@@ -194,6 +195,8 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
+        for note in self._log_notes:
+            self.emit(Notice(text=note))
         if not self.req.dry_run and (continued or ended):
             log.info("orphaned governed build: continued %s, ended %s", continued, ended)
             self.emit(
@@ -250,6 +253,13 @@ class Engine:
         self._event_log = EventLog(self._events)
         self._sinks.append(self._event_log)
         self._decisions = DecisionLog(run_dir / "decisions.log")
+        if self._event_log.set_aside is not None:
+            self._log_notes.append(
+                f"{self._events} was not a log file of root's own: moved it to "
+                f"{self._event_log.set_aside}, unread and unfollowed"
+            )
+        if self._decisions.note:
+            self._log_notes.append(self._decisions.note)
         tmp = paths.log_dir / ".current.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run_id)
@@ -292,17 +302,24 @@ class Engine:
             log.info("%s: already done in this run: skipped", action.id)
             self.emit(
                 ActionFinished(
-                    step=step, action=action.id, status="already-done", exit_code=0, elapsed=0.0
+                    step=step,
+                    action=action.id,
+                    status="already-done",
+                    exit_code=0,
+                    elapsed=0.0,
+                    action_kind=action.kind,
                 )
             )
             return
-        build = is_build(action)
+        build = action.kind == "build"
         if installs_wheel(action) and not self.req.dry_run:
             self.frozen.before_install(action)  # it fits the lock; its hash is pinned
         execute = self.builds.compile if build else self.stack.recorder(action)
         result = self.actions.run_action(step, action, execute)
         if result is not None and build:
             self.builds.publish(action)
+        if result is not None and action.kind == "unpack":
+            self.builds.record_unpack(action)
         if action.reboot_after:
             self.reboots.reboot(action, facts)
 

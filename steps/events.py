@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from steps.safefs import open_append
+
 
 @dataclass(frozen=True)
 class Event:
@@ -90,6 +92,7 @@ class ActionStarted(Event):
     title: str
     command: str  # as a person would type it
     log: str
+    action_kind: str = ""  # steps.plan.ActionKind ("" in streams written before it existed)
 
 
 @_event
@@ -109,6 +112,7 @@ class ActionFinished(Event):
     status: str  # done | failed | already-done | dry-run
     exit_code: int | None
     elapsed: float
+    action_kind: str = ""  # steps.plan.ActionKind ("" in streams written before it existed)
 
 
 @_event
@@ -200,10 +204,9 @@ class EventLog:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # root appends here: never through a link planted in its place, and 0600 from the start
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
-        os.fchmod(fd, 0o600)
+        # root appends here: never through a link planted in its place (that is set aside), and
+        # 0600 from the start
+        fd, self.set_aside = open_append(path)
         self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def __call__(self, event: Event) -> None:

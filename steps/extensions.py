@@ -25,6 +25,7 @@ from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, configured, index_args
 from steps.plan import Action, Step, pending, satisfied
+from steps.sourcetree import SOURCE
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
 
@@ -79,8 +80,9 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     return env
 
 
-def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
-    """The wheel cache key, once the venv's torch is known."""
+def target_key(target: BuildTarget, venv: VenvState | None, builder: str) -> str | None:
+    """The wheel cache key of the wheel `builder` (an account's name, "root") compiled for
+    this target, once the venv's torch is known."""
     torch = venv.version_of("torch") if venv else None
     if venv is None or torch is None or venv.python_version is None:
         return None
@@ -90,17 +92,25 @@ def target_key(target: BuildTarget, venv: VenvState | None) -> str | None:
         target.recipe.arch_value(target.compute_capabilities) if target.recipe.arch_trim else None
     )
     archs = target.arch_value or trimmed or "native"
-    return wheel_key(target.recipe.package, target.answer.version, torch, python, archs)
+    return wheel_key(target.recipe.package, target.answer.version, torch, python, archs, builder)
+
+
+def usable_keys(
+    target: BuildTarget, choices: Choices, venv: VenvState | None
+) -> list[tuple[str, str]]:
+    """(builder, key) of each wheel this venv may get, in order: the one its owner built, then
+    the one root built (DESIGN.md, "Trust": never another account's)."""
+    builders = dict.fromkeys([choices.owner.name, "root"])
+    return [(b, k) for b in builders if (k := target_key(target, venv, b)) is not None]
 
 
 def wanted_wheels(choices: Choices, venv: VenvState | None) -> dict[str, tuple[str, str]]:
-    """key -> (package, version) for each extension whose wheel could already exist."""
-    out = {}
-    for target in choices.build_targets:
-        key = target_key(target, venv)
-        if key:
-            out[key] = (target.recipe.package, target.answer.version)
-    return out
+    """key -> (package, version) for each wheel the venv could get that may already exist."""
+    return {
+        key: (target.recipe.package, target.answer.version)
+        for target in choices.build_targets
+        for _, key in usable_keys(target, choices, venv)
+    }
 
 
 # Neither isolates the build: the build (and the sdist's metadata step) imports the venv's torch.
@@ -123,6 +133,8 @@ def _actions(
         [
             Action(
                 id=f"extensions.{name}.smoke",
+                kind="smoke",
+                target=name,
                 title=f"Try {name} in the venv",
                 argv=[py, "-c", recipe.smoke_test],
                 user=user,
@@ -131,12 +143,16 @@ def _actions(
         if recipe.smoke_test
         else []
     )
-    key = target_key(target, venv)
-    if key is not None and key in wheels:
+    builder, key = next(
+        ((b, k) for b, k in usable_keys(target, choices, venv) if k in wheels), ("", "")
+    )
+    if key:
         install = Action(
             id=f"extensions.{name}.install-wheel",
-            title=f"Install {name} {answer.version} from the wheel built earlier ({key}), "
-            "exactly as checked against the lock",
+            kind="install-wheel",
+            target=name,
+            title=f"Install {name} {answer.version} from the wheel {builder} built earlier "
+            f"({wheels[key]}), exactly as checked against the lock",
             argv=_install_argv(py, wheels[key], recipe.package, answer.version, choices.lock),
             user=user,
         )
@@ -164,9 +180,7 @@ def wheel_pin(package: str, version: str) -> str:
 
 def installs_wheel(action: Action) -> bool:
     """An extension's wheel going into the venv: built here, or built earlier."""
-    return action.id.startswith("extensions.") and action.id.endswith(
-        (".install", ".install-wheel")
-    )
+    return action.kind in ("install", "install-wheel")
 
 
 def _install_argv(py: str, wheels: str, package: str, version: str, lock: Lock | None) -> list[str]:
@@ -225,6 +239,8 @@ def _compile_actions(target: BuildTarget, answers: Answers, choices: Choices) ->
     tree = build_dir(name, version)
     prerequisites = Action(
         id=f"extensions.{name}.prerequisites",
+        kind="prerequisites",
+        target=name,
         title=f"Install {name}'s build requirements from the lock",
         argv=_prerequisites_argv(target, answers, choices, py),
         user=user,
@@ -232,6 +248,8 @@ def _compile_actions(target: BuildTarget, answers: Answers, choices: Choices) ->
     fetch, source = _source_actions(target, py, user, tree)
     build = Action(
         id=f"extensions.{name}.build",
+        kind="build",
+        target=name,
         title=f"Compile {name} {version} for compute capability "
         f"{', '.join(target.compute_capabilities)}",
         # -v: the compiler's output (and ninja's [k/n] progress) reaches the log live
@@ -241,6 +259,8 @@ def _compile_actions(target: BuildTarget, answers: Answers, choices: Choices) ->
     )
     install = Action(
         id=f"extensions.{name}.install",
+        kind="install",
+        target=name,
         title=f"Install the {name} wheel just built, exactly as checked against the lock",
         argv=_install_argv(py, f"{tree}/wheels", recipe.package, version, choices.lock),
         user=user,
@@ -258,12 +278,14 @@ def _source_actions(
     requirement = target.recipe.requirement_for(version)
     if requirement.startswith("/") and not requirement.endswith(ARCHIVES):
         return [], requirement
-    source, archive, actions = f"{tree}/src", requirement, []
+    source, archive, actions = f"{tree}/{SOURCE}", requirement, []
     if not requirement.startswith("/"):
         archive = f"{tree}/dist"
         actions.append(
             Action(
                 id=f"extensions.{name}.source",
+                kind="source",
+                target=name,
                 title=f"Download {name} {version}'s source, by the hash its index publishes",
                 # the sdist's metadata step imports torch: no build isolation here either
                 argv=[
@@ -282,6 +304,8 @@ def _source_actions(
         )
     unpack = Action(
         id=f"extensions.{name}.unpack",
+        kind="unpack",
+        target=name,
         title=f"Unpack {name}'s source into {source}",
         argv=[py, "-c", UNPACK, archive, source],
         user=user,
@@ -301,6 +325,7 @@ def stack_check(choices: Choices, venv: VenvState | None) -> Action:
     imports = [t.recipe.import_name for t in choices.build_targets]
     return Action(
         id=STACK_CHECK,
+        kind="stack-check",
         title=f"Check the stack after the extensions: torch {torch or '(as installed)'} "
         f"({choices.torch_build}){', every locked version' if lock else ''}, "
         f"import {', '.join(imports)}",
@@ -349,9 +374,9 @@ def plan(
         if done:
             return satisfied("extensions", f"already installed: {', '.join(done)}")
         return satisfied("extensions", "nothing to build: see the warnings")
+    built = [a.target for a in actions if a.kind == "build" and a.target]
+    reused = [a.target for a in actions if a.kind == "install-wheel" and a.target]
     actions.append(stack_check(choices, venv))
-    built = [a.id.split(".")[1] for a in actions if a.id.endswith(".build")]
-    reused = [a.id.split(".")[1] for a in actions if a.id.endswith(".install-wheel")]
     parts = (
         [f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
         if built

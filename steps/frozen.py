@@ -38,8 +38,7 @@ from steps.events import Notice
 from steps.extensions import (
     SOURCES,
     build_requirements,
-    installs_wheel,
-    target_key,
+    usable_keys,
     wheel_pin,
 )
 from steps.lock import SHARED_DIR, configured, index_args, local_index
@@ -156,11 +155,10 @@ class FrozenStack:
         synced = VenvState(choices.venv_path, lock.python, {"torch": lock.torch})
         for target in choices.build_targets:
             package, version = target.recipe.package, target.answer.version
-            key = target_key(target, synced)
-            if key is None or (venv and venv.version_of(package) == version):
+            if venv and venv.version_of(package) == version:
                 continue
-            wheels = self.run.req.answers.build.wheelhouse
-            if key in find_wheels(fs, wheels, {key: (package, version)}, choices.owner.run_as):
+            key = self._earlier(target, synced)
+            if key is not None:
                 self._check(target, None, key)
 
     def before_step(self, step: Step) -> None:
@@ -171,7 +169,7 @@ class FrozenStack:
         for target in self.run.choices.build_targets:
             missing = [n for n in build_requirements(target) if lock and n not in lock.packages]
             if missing and any(
-                a.id == f"extensions.{target.answer.name}.build" for a in step.actions
+                a.kind == "build" and a.target == target.answer.name for a in step.actions
             ):
                 self._refuse(
                     None,
@@ -183,7 +181,7 @@ class FrozenStack:
                     "again.",
                 )
         for action in step.actions:
-            if action.id.endswith(".install-wheel") and installs_wheel(action):
+            if action.kind == "install-wheel":
                 self._check(self._target(action), action, self._key(action))
         self._pin_sources(step)
 
@@ -224,6 +222,7 @@ class FrozenStack:
         lock = choices.lock
         action = Action(
             id="extensions.source-hashes",
+            kind="source-hashes",
             title=f"Resolve the hashes of {', '.join(reqs)}'s source on the index",
             argv=[
                 "uv",
@@ -310,15 +309,27 @@ class FrozenStack:
         return wheels
 
     def _target(self, action: Action) -> BuildTarget:
-        name = action.id.split(".")[1]
-        return next(t for t in self.run.choices.build_targets if t.answer.name == name)
+        return next(t for t in self.run.choices.build_targets if t.answer.name == action.target)
 
     def _key(self, action: Action) -> str | None:
         """The wheel cache key an install-wheel action takes its wheel by; None: just built."""
-        if not action.id.endswith(".install-wheel"):
+        if action.kind != "install-wheel":
             return None
         venv = probe_venv(self.run.fs, self.run.choices.venv_path)
-        return target_key(self._target(action), venv) or ""
+        return self._earlier(self._target(action), venv) or ""
+
+    def _earlier(self, target: BuildTarget, venv: VenvState | None) -> str | None:
+        """The key of the wheel built earlier that the venv gets (as extensions._actions picks
+        it: its owner's, else root's), None when there is none."""
+        choices = self.run.choices
+        wanted = {
+            k: (target.recipe.package, target.answer.version)
+            for _, k in usable_keys(target, choices, venv)
+        }
+        found = find_wheels(
+            self.run.fs, self.run.req.answers.build.wheelhouse, wanted, choices.owner.run_as
+        )
+        return next((k for k in wanted if k in found), None)
 
     def _read(
         self, target: BuildTarget, action: Action | None, key: str | None

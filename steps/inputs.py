@@ -30,6 +30,27 @@ MAX_INPUT_BYTES = MiB
 # then raise a bare ValueError without a position.
 _LONG_NUMBER = re.compile(r"[0-9_]{4000,}")
 _ALLOWED_FILE = "allowed: a regular UTF-8 text file of at most 1 MiB"
+# The shape of TOML mlsetup reads (answers, recipes) is small: keys of a few parts, a few levels,
+# a few hundred lines. tomllib builds each dotted key a part at a time (quadratic: a key of
+# 20,000 parts took 6.7 s and 1.6 GB, one of 100,000 never ended) and spends tens of
+# microseconds on each part, value and table, so the shape is bounded before it parses a byte.
+MAX_KEY_PARTS = 16
+MAX_NESTING = 32  # arrays and inline tables inside one another
+# Brackets, separators and dots outside strings and comments: the largest real file
+# (assets/torch.toml) has about 400; past this a file is not one mlsetup reads.
+MAX_MARKS = 20_000
+# Where the check looks next, by where it is: outside any string (string and comment openers,
+# brackets, separators, dots), or inside one (what ends it; a quote after an odd number of
+# backslashes in a basic string ends nothing).
+_NEXT = {
+    None: re.compile(r'"""|\'\'\'|["\'#\[\]{}=,.\n]'),
+    '"': re.compile(r'["\n]'),
+    '"""': re.compile(r'"""'),
+    "'": re.compile(r"['\n]"),
+    "'''": re.compile(r"\'\'\'"),
+    "#": re.compile(r"\n"),
+}
+_SEPARATORS = frozenset("=,\n[]{}")
 
 
 def read_input(path: Path, what: str) -> str:
@@ -58,6 +79,7 @@ def read_input(path: Path, what: str) -> str:
 
 
 def parse_toml(text: str, origin: str) -> dict[str, Any]:
+    check_toml_shape(text, origin)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -67,6 +89,57 @@ def parse_toml(text: str, origin: str) -> dict[str, Any]:
         raise InputError(f"{origin}: not valid TOML: {exc}{where}") from None
     except (ValueError, RecursionError) as exc:  # a huge integer, or nesting past the stack
         raise InputError(_unparsable(text, origin, "TOML", exc)) from None
+
+
+def check_toml_shape(text: str, origin: str) -> None:
+    """Refuse (InputError) TOML whose shape is not one mlsetup reads: a key of more than
+    MAX_KEY_PARTS dotted parts, arrays and inline tables nested deeper than MAX_NESTING, more than
+    MAX_MARKS brackets, separators and dots. One pass, jumping over strings and comments."""
+    dots = depth = marks = pos = 0
+    inside: str | None = None  # the string or comment the scan is in: what opened it
+    while (m := _NEXT[inside].search(text, pos)) is not None:
+        mark, pos = m.group(), m.end()
+        if inside is not None:
+            if inside[0] == '"' and mark[0] == '"' and _escaped(text, m.start()):
+                pos = m.start() + 1
+            elif len(mark) == 3:  # a multi-line string may end in one or two more quotes
+                after = text[pos : pos + 2]
+                pos += len(after) - len(after.lstrip(mark[0]))
+                inside = None
+            else:  # its quote, or the end of the line (a one-line string there is refused)
+                inside = None
+            continue
+        if mark in _NEXT:
+            inside = mark
+            continue
+        marks += 1
+        dots = dots + 1 if mark == "." else 0 if mark in _SEPARATORS else dots
+        depth = depth + 1 if mark in "[{" else max(0, depth - 1) if mark in "]}" else depth
+        if dots >= MAX_KEY_PARTS or depth > MAX_NESTING or marks > MAX_MARKS:
+            line = text.count("\n", 0, m.start()) + 1
+            raise InputError(f"{origin}: line {line}: {_too_large(dots, depth)}")
+
+
+def _escaped(text: str, at: int) -> bool:
+    """Whether the character at `at` follows an odd number of backslashes."""
+    start = at
+    while start > 0 and text[start - 1] == "\\":
+        start -= 1
+    return (at - start) % 2 == 1
+
+
+def _too_large(dots: int, depth: int) -> str:
+    if dots >= MAX_KEY_PARTS:
+        return (
+            f"a key of more than {MAX_KEY_PARTS} dotted parts; allowed: keys of a few parts, "
+            "such as build.max_jobs"
+        )
+    if depth > MAX_NESTING:
+        return f"nested more than {MAX_NESTING} levels deep; allowed: a few levels"
+    return (
+        f"more than {MAX_MARKS} keys, values and tables; allowed: an answers or recipe file "
+        "of a few hundred lines"
+    )
 
 
 def parse_json(text: str, origin: str) -> Any:

@@ -17,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from steps.errors import input_kind
-from steps.recipes import ExtensionRecipe, read_recipe_file, recipe_files
+from steps.recipes import ExtensionRecipe, read_recipe_dir, read_recipe_file
 from steps.settings import settings
 from steps.units import MiB
 
@@ -259,8 +259,7 @@ def _recipes() -> dict[str, ExtensionRecipe]:
     recipes = read_recipe_file(ASSETS_DIR / "extensions.toml")
     explicit = settings().extensions_dir  # MLSETUP_EXTENSIONS_DIR, validated there
     directory = explicit or _root / EXTRA_RECIPES_DIR.lstrip("/")
-    for path in recipe_files(directory, explicit=explicit is not None):
-        recipes.update(read_recipe_file(path))
+    recipes.update(read_recipe_dir(directory, explicit=explicit is not None))
     return recipes
 
 

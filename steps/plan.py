@@ -12,6 +12,29 @@ from pydantic import BaseModel, ConfigDict, Field
 PLAN_SCHEMA: Final = "mlsetup.plan/1"
 StepName = Literal["driver", "toolkit", "venv", "extensions"]
 STEP_ORDER: tuple[StepName, ...] = get_args(StepName)
+# What an action is; the engine and the front ends decide by this, never by reading its id.
+ActionKind = Literal[
+    "package-index",  # apt-get update
+    "packages",  # apt-get install
+    "repo-setup",  # NVIDIA's apt repository: its keyring and package lists (set up once)
+    "config-file",  # a file installed into /etc
+    "initramfs",
+    "reboot",
+    "resume-unit",  # the one-shot unit that resumes the run after a reboot
+    "load-driver",
+    "resolve",  # the stack resolved into one lock
+    "create",  # the venv created
+    "sync",  # the locked stack installed into the venv
+    "smoke",  # the stack, or one extension, tried in the venv
+    "prerequisites",  # an extension's build requirements
+    "source",  # an extension's source downloaded
+    "unpack",  # an extension's source unpacked into its build tree
+    "build",  # an extension compiled into a wheel (under the memory governor)
+    "install",  # an extension's wheel just built here installed
+    "install-wheel",  # an extension's wheel built earlier (the cache, the wheelhouse) installed
+    "source-hashes",  # the hashes of the extensions' sources, read from their index
+    "stack-check",  # after the last extension: the stack is still the lock, each one imports
+]
 
 
 class Action(BaseModel):
@@ -23,6 +46,10 @@ class Action(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     reboot_after: bool = False
+    kind: ActionKind
+    # what it is for: the extension's name, the toolkit's version, the torch build resolved
+    # for; None when its step says it all
+    target: str | None = None
 
     def command_line(self) -> str:
         """The action as a shell line a person could paste (`sudo -u` for a user's action)."""

@@ -52,7 +52,7 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
     seen: set[str] = set()
     out = []
     for step in steps:
-        kept = [a for a in step.actions if not (a.id.startswith("nvidia-repo.") and a.id in seen)]
+        kept = [a for a in step.actions if not (a.kind == "repo-setup" and a.id in seen)]
         seen.update(a.id for a in kept)
         out.append(step.model_copy(update={"actions": kept}))
     return out

@@ -21,19 +21,26 @@ from steps.state import RebootRecord, write_atomic
 
 log = logging.getLogger("mlsetup.reboot")
 
-REBOOT = Action(id="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"])
+REBOOT = Action(
+    id="reboot", kind="reboot", title="Reboot to load the NVIDIA driver", argv=["reboot"]
+)
 ENABLE_UNIT = Action(
     id="resume-unit.enable",
+    kind="resume-unit",
     title="Resume mlsetup after the reboot",
     argv=["systemctl", "enable", RESUME_UNIT],
 )
 DISABLE_UNIT = Action(
     id="resume-unit.disable",
+    kind="resume-unit",
     title="Remove the one-shot resume unit",
     argv=["systemctl", "disable", RESUME_UNIT],
 )
 LOAD_DRIVER = Action(
-    id="driver.load", title="Load the NVIDIA kernel module", argv=["modprobe", "nvidia"]
+    id="driver.load",
+    kind="load-driver",
+    title="Load the NVIDIA kernel module",
+    argv=["modprobe", "nvidia"],
 )
 
 

@@ -37,7 +37,15 @@ from pydantic import (
 )
 
 from steps.errors import InputError, describe_validation_error
-from steps.safefs import UnsafeFile, read_bounded
+from steps.inputs import check_toml_shape
+from steps.safefs import (
+    UnsafeFile,
+    Untrusted,
+    open_trusted_dir,
+    open_trusted_file,
+    read_bounded,
+    read_fd,
+)
 from steps.units import MiB
 
 if sys.version_info >= (3, 11):
@@ -48,28 +56,44 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 RECIPE_FILE_LIMIT = MiB
 SMOKE_TEST_LIMIT = 64 * 1024
 
-# Variables the build environment sets itself or that change what runs: a recipe may not name them.
+# Variables the build environment sets itself or that change what runs: a recipe may not name
+# them. Its variables are given mlsetup's values ("TRUE", an arch list, a count), but even
+# those load code or change the tools under these names (LD_AUDIT=TRUE loads ./TRUE,
+# GCONV_PATH a directory of the build's, PYTHONINSPECT=TRUE holds the build at a prompt).
 RESERVED_VARIABLES = frozenset(
     {
         "PATH",
         "CUDA_HOME",
         "MAX_JOBS",
         "MAKEFLAGS",
+        "MFLAGS",
+        "GNUMAKEFLAGS",
         "PYTORCH_NVCC",
         "HOME",
         "USER",
         "LOGNAME",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
+        "TMPDIR",
         "BASH_ENV",
         "ENV",
         "IFS",
         "SHELL",
+        "GCONV_PATH",  # glibc's iconv modules (code loaded into any process)
+        "GLIBC_TUNABLES",
+        "LOCPATH",
+        "NLSPATH",
+        "HOSTALIASES",
+        "MALLOC_CHECK_",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "RUBYLIB",
     }
 )
+# ... and every variable of these families: the dynamic loader (LD_PRELOAD, LD_AUDIT,
+# LD_LIBRARY_PATH), Python's own (PYTHONPATH, PYTHONINSPECT, PYTHONSTARTUP), the package tools'
+# (uv, pip, setuptools, conda) and mlsetup's settings.
+RESERVED_PREFIXES = ("LD_", "PYTHON", "UV_", "PIP_", "SETUPTOOLS_", "CONDA_", "MLSETUP_")
 
 PackageName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
@@ -86,14 +110,12 @@ PROFILES = "buildtools/profiles"
 
 
 def _variable(value: str) -> str:
-    if value and (
-        not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value)
-        or value in RESERVED_VARIABLES
-        or value.startswith("MLSETUP_")  # the build tools' own (steps/buildtools.py)
-    ):
+    reserved = value in RESERVED_VARIABLES or value.startswith(RESERVED_PREFIXES)
+    if value and (not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value) or reserved):
         raise ValueError(
             "allowed: an environment variable name (A-Z, 0-9, _) that the build does not set "
-            f'itself (not {", ".join(sorted(RESERVED_VARIABLES))}, nor MLSETUP_*), or ""'
+            f"itself and that loads no code (not {', '.join(sorted(RESERVED_VARIABLES))}, "
+            f'nor one starting {", ".join(RESERVED_PREFIXES)}), or ""'
         )
     return value
 
@@ -352,9 +374,12 @@ def _tuples(fields: dict[str, Any]) -> dict[str, Any]:
 def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
     """The recipes in one file's bytes; any problem is an InputError naming `origin` and the key."""
     try:
-        tables = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{origin}: not UTF-8 text (byte {exc.start})") from None
+    check_toml_shape(text, origin)  # bounded before tomllib sees it (steps.inputs)
+    try:
+        tables = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{origin}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per nesting level: [[[[...
@@ -366,6 +391,59 @@ def parse_recipes(data: bytes, origin: str) -> dict[str, ExtensionRecipe]:
     return {name: _recipe(name, model) for name, model in models.items()}
 
 
+def read_recipe_dir(directory: Path, explicit: bool) -> dict[str, ExtensionRecipe]:
+    """The recipes of the *.toml files in an operator's recipe directory, in name order (a
+    later file's recipe replaces an earlier one of the same name). Root runs what a recipe
+    says (its smoke test, its build's variables), so the directory, those above it and each
+    file must be root's alone (or, for mlsetup run by another account, that account's), as
+    a wheelhouse must: else an InputError with the command that fixes it. A missing default
+    directory has none; a directory the operator named explicitly must exist."""
+    owners = {0, os.geteuid()}
+    try:
+        dir_fd = open_trusted_dir(directory, owners)
+    except Untrusted as exc:
+        raise InputError(_untrusted(directory, exc)) from None
+    except FileNotFoundError:
+        if explicit:
+            raise InputError(f"{directory}: recipe directory does not exist") from None
+        return {}
+    except UnsafeFile as exc:
+        raise InputError(f"{directory}: refused as a recipe directory: {exc.strerror}") from None
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot open recipe directory: {exc.strerror}") from None
+    recipes: dict[str, ExtensionRecipe] = {}
+    try:
+        for name in sorted(n for n in os.listdir(dir_fd) if n.endswith(".toml")):
+            recipes.update(_read_trusted(directory / name, dir_fd, owners))
+    finally:
+        os.close(dir_fd)
+    return recipes
+
+
+def _read_trusted(path: Path, dir_fd: int, owners: set[int]) -> dict[str, ExtensionRecipe]:
+    try:
+        fd = open_trusted_file(path.name, dir_fd, owners, path)
+        try:
+            data = read_fd(fd, RECIPE_FILE_LIMIT, path)
+        finally:
+            os.close(fd)
+    except Untrusted as exc:
+        raise InputError(_untrusted(path, exc)) from None
+    except UnsafeFile as exc:
+        raise InputError(f"{path}: refused as a recipe file: {exc.strerror}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read recipe file: {exc.strerror}") from None
+    return parse_recipes(data, str(path))
+
+
+def _untrusted(what: Path, exc: Untrusted) -> str:
+    return (
+        f"{what}: refused for recipes: {exc.filename} {exc.strerror}; root runs what a recipe "
+        "says (its smoke test, its build's variables), so the recipe directory, those above "
+        f"it and each file must be root's alone: {exc.fix}"
+    )
+
+
 def read_recipe_file(path: Path) -> dict[str, ExtensionRecipe]:
     try:
         data = read_bounded(path, RECIPE_FILE_LIMIT)
@@ -374,19 +452,3 @@ def read_recipe_file(path: Path) -> dict[str, ExtensionRecipe]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read recipe file: {exc.strerror}") from None
     return parse_recipes(data, str(path))
-
-
-def recipe_files(directory: Path, explicit: bool) -> list[Path]:
-    """The *.toml files of a recipe directory, sorted. A missing default directory has none; a
-    directory the operator named explicitly must exist."""
-    try:
-        with os.scandir(directory) as entries:
-            return sorted(directory / e.name for e in entries if e.name.endswith(".toml"))
-    except FileNotFoundError:
-        if explicit:
-            raise InputError(f"{directory}: recipe directory does not exist") from None
-        return []
-    except NotADirectoryError:
-        raise InputError(f"{directory}: recipe directory is not a directory") from None
-    except OSError as exc:
-        raise InputError(f"{directory}: cannot list recipe directory: {exc.strerror}") from None

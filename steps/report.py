@@ -195,9 +195,13 @@ def make_report(
     )
 
 
+# What the report takes of an action's state record (not its pid, start time or uid)
+_RECORDED = set(ActionReport.model_fields) - {"id"}
+
+
 def _step(step: Step, state: State) -> StepReport:
     actions = [
-        ActionReport(id=a.id, **state.actions[a.id].model_dump(exclude={"pid", "step"}))
+        ActionReport(id=a.id, **state.actions[a.id].model_dump(include=_RECORDED))
         if a.id in state.actions
         else ActionReport(id=a.id, status="pending")
         for a in step.actions

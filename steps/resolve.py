@@ -247,6 +247,8 @@ class Resolution:
             account = self.resolver.account
             action = Action(
                 id=ask.action,
+                kind="resolve",
+                target=build,
                 title=f"{ask.title} ({build}, Python {ask.python}, as {self.resolver.who})",
                 argv=argv,
                 user=account.name if account else None,

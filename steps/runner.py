@@ -7,8 +7,10 @@ put stand-in executables first on the runner's PATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import select
 import shutil
 import subprocess
 import sys
@@ -17,11 +19,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
+
+import psutil
 
 from steps.accounts import Account, lookup_account
-from steps.events import EventSink, Output
+from steps.events import EventSink, Notice, Output
+from steps.leftovers import Leftovers
 from steps.plan import Action
 from steps.rootfs import RootFS
+from steps.safefs import open_append
 from steps.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -48,6 +55,12 @@ PASSTHROUGH_PREFIXES = ("UV_", "PIP_")
 CARRIED = (*PASSTHROUGH, "SUDO_USER", "PATH")
 CARRIED_PREFIXES = (*PASSTHROUGH_PREFIXES, "MLSETUP_")
 TAIL_LINES = 200
+# Once the main process has ended: how long what it wrote last is still read from the pipe
+# (anything it left behind may hold the pipe open for ever).
+DRAIN_S = 1.0
+POLL_S = 0.1  # how often the main process is looked at while its output is quiet
+LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
+READ_CHUNK = 64 * 1024
 
 
 def _pick(
@@ -62,6 +75,12 @@ def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return _pick(environ, CARRIED, CARRIED_PREFIXES)
+
+
+def root_caches(home: str) -> dict[str, str]:
+    """uv's and pip's caches for a command root runs: root's own, whatever cache the invoking
+    user's environment named (root must not write through that user's links)."""
+    return {"UV_CACHE_DIR": f"{home}/.cache/uv", "PIP_CACHE_DIR": f"{home}/.cache/pip"}
 
 
 def own_account() -> tuple[str, str]:
@@ -115,6 +134,8 @@ class Runner:
         env = {"PATH": self.base_path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **self.passthrough}
         name, home = (account.name, account.home) if account is not None else own_account()
         env.update(HOME=home, USER=name, LOGNAME=name)
+        if account is None and os.geteuid() == 0:
+            env.update(root_caches(home))
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}
@@ -127,7 +148,12 @@ class Runner:
         on_line: Callable[[str], None] | None = None,
         on_start: Callable[[int], None] | None = None,
         extra_env: Mapping[str, str] | None = None,
+        end_leftovers: bool = False,
     ) -> Result:
+        """Run `action`, its output to `log_path` and the event stream, until its main process
+        ends (the output read then stops). `end_leftovers` (a build): what the command left
+        running (a daemon a build backend double-forked, its process group, its session) is
+        ended then: this process is their subreaper meanwhile, so none escapes to init."""
         account = None
         if action.user is not None:
             account = lookup_account(self.fs, action.user)
@@ -141,34 +167,125 @@ class Runner:
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         start = time.monotonic()
-        with log_path.open("ab") as log:
-            os.chmod(log_path, 0o600)
+        fd, aside = open_append(log_path)
+        if aside is not None:
+            self.sink(
+                Notice(
+                    text=f"{log_path} was not a log file of root's own (a link, a FIFO, a "
+                    f"directory, another account's file): moved it to {aside}, unread and "
+                    "unfollowed; the log starts afresh"
+                )
+            )
+        leftovers = Leftovers() if end_leftovers else None
+        with os.fdopen(fd, "ab") as log, leftovers or contextlib.nullcontext():
             log.write(f"$ {' '.join(action.argv)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=account.home if account and os.path.isdir(account.home) else "/",
-                user=account.uid if account else None,
-                group=account.gid if account else None,
-                extra_groups=[] if account else None,
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=account.home if account and os.path.isdir(account.home) else "/",
+                    user=account.uid if account else None,
+                    group=account.gid if account else None,
+                    extra_groups=[] if account else None,
+                )
+            except OSError as exc:  # e.g. the account may not execute argv[0] (a root-only dir)
+                who = account.name if account else "this account"
+                raise RunnerError(
+                    f"{argv[0]} cannot be started as {who}: {exc.strerror or exc}"
+                ) from None
             if on_start:
                 on_start(proc.pid)
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                log.write(raw)
-                log.flush()
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                tail.append(line)
-                self.sink(Output(action=action.id, line=line))
+
+            def line(raw: bytes) -> None:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                tail.append(text)
+                self.sink(Output(action=action.id, line=text))
                 if on_line:
-                    on_line(line)
+                    on_line(text)
+
+            def look(main_ended: bool) -> None:
+                if leftovers is None:
+                    return
+                if main_ended:
+                    self._end(action, leftovers, leftovers.remaining(), "its main process ended")
+                else:
+                    held = leftovers.holding_output(proc.pid)
+                    self._end(action, leftovers, held, "they held its output open")
+
+            try:
+                _stream(proc, log, line, look)
+            except BaseException:
+                # its log or the event stream could not be written (a full disk): a build
+                # whose output no one can keep is not left running on its own
+                if leftovers is not None:
+                    leftovers.end(leftovers.remaining())
+                raise
+            finally:
+                assert proc.stdout is not None
+                proc.stdout.close()
             code = proc.wait()
+            look(True)  # what it left that had let go of the output
             # a process killed by a signal reads as 128 + signal, as a shell shows it
             exit_code = 128 - code if code < 0 else code
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
         return Result(exit_code, time.monotonic() - start, list(tail))
+
+    def _end(
+        self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str
+    ) -> None:
+        if not procs:
+            return
+        ended = leftovers.end(procs)
+        self.sink(
+            Notice(
+                text=f"{action.id} left {len(ended)} process(es) running "
+                f"(pids {', '.join(map(str, ended[:10]))}): ended them (SIGTERM, then SIGKILL): "
+                f"{why}, and a step ends with its main process"
+            )
+        )
+
+
+def _stream(
+    proc: subprocess.Popen[bytes],
+    log: BinaryIO,
+    line: Callable[[bytes], None],
+    look: Callable[[bool], None],
+) -> None:
+    """Copy the command's output to `log` and hand on each line, until end-of-file or, once
+    its main process has ended, until it has been quiet for POLL_S or DRAIN_S have passed:
+    whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
+    every LEFTOVERS_EVERY_S while it runs and once when its main process has ended."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    pending = b""
+    drain_until: float | None = None
+    looked = time.monotonic()
+    while True:
+        now = time.monotonic()
+        wait = POLL_S if drain_until is None else max(0.0, min(POLL_S, drain_until - now))
+        ready, _, _ = select.select([fd], [], [], wait)
+        if ready:
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                break
+            log.write(chunk)
+            log.flush()
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                line(raw)
+        elif drain_until is not None:
+            break
+        if drain_until is None and proc.poll() is not None:
+            look(True)
+            drain_until = time.monotonic() + DRAIN_S
+        elif drain_until is not None and time.monotonic() >= drain_until:
+            break
+        elif drain_until is None and time.monotonic() - looked >= LEFTOVERS_EVERY_S:
+            look(False)
+            looked = time.monotonic()
+    if pending:
+        line(pending)

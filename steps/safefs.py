@@ -30,6 +30,11 @@ from steps.units import MiB
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted at a log's name fails the open (no reader) or is seen by fstat,
+# instead of blocking the engine.
+_APPEND_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+) | os.O_NOCTTY
 
 
 class UnsafeFile(OSError):
@@ -37,6 +42,15 @@ class UnsafeFile(OSError):
 
     def __str__(self) -> str:
         return f"{self.filename}: {self.strerror}"
+
+
+class Untrusted(UnsafeFile):
+    """A file or directory another account could change, so root must not run what it holds.
+    `fix`: the command that makes it root's alone."""
+
+    def __init__(self, why: str, path: str | Path, fix: str) -> None:
+        super().__init__(0, why, str(path))
+        self.fix = fix
 
 
 def single_component(name: str) -> str:
@@ -71,16 +85,22 @@ def read_bounded(
     reading more than `limit + 1` of them."""
     fd = open_regular(path, dir_fd=dir_fd, owner=owner)
     try:
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, MiB))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        return read_fd(fd, limit, path)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int, path: str | Path) -> bytes:
+    """The rest of the open file `fd`, refused (UnsafeFile, naming `path`) past `limit` bytes
+    without reading more than `limit + 1` of them."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
     data = b"".join(chunks)
     if len(data) > limit:
         raise UnsafeFile(0, f"is larger than {limit} bytes", str(path))
@@ -151,6 +171,75 @@ def trusted_dir(
     return fd
 
 
+def open_trusted_dir(path: str | Path, owners: Collection[int]) -> int:
+    """A descriptor for the directory `path` whose files root may act on (recipes it runs): it
+    and every directory above it belong to one of `owners` and no other account can write to
+    them; above it, a sticky directory such as /tmp is fine (no one else may rename what is in
+    it). Untrusted, naming the directory at fault and the fix, otherwise."""
+    real = Path(os.path.realpath(path))
+    for above in reversed(real.parents):
+        _check_trusted(os.stat(above), owners, above, sticky_ok=True)
+    fd = open_dir(real)
+    try:
+        _check_trusted(os.fstat(fd), owners, real, sticky_ok=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_trusted_file(name: str, dir_fd: int, owners: Collection[int], shown: Path) -> int:
+    """A read descriptor for the regular file `name` in the trusted directory `dir_fd`: never
+    through a link, belonging to one of `owners`, writable by no other account (`shown`: its
+    path, for the refusal)."""
+    fd = open_regular(single_component(name), dir_fd=dir_fd)
+    try:
+        _check_trusted(os.fstat(fd), owners, shown, sticky_ok=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_trusted_tree(path: Path, owners: Collection[int], limit: int = 200_000) -> None:
+    """Everything below the directory `path` belongs to one of `owners` and, links aside, is
+    writable by no other account (Untrusted naming the first that is not). Nothing is
+    followed; past `limit` entries the tree is refused as well."""
+    seen = 0
+    for top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > limit:
+                raise Untrusted(f"holds more than {limit} entries", path, f"ls {path}")
+            st = os.lstat(name, dir_fd=top_fd)
+            _check_trusted(st, owners, Path(top) / name, sticky_ok=False, fix_all=path)
+
+
+def _check_trusted(
+    st: os.stat_result,
+    owners: Collection[int],
+    path: Path,
+    sticky_ok: bool,
+    fix_all: Path | None = None,
+) -> None:
+    """`sticky_ok`: group or other may write where the sticky bit is set. `fix_all`: the fix is
+    for the whole tree there (chown -R, chmod -R). A link's own mode (always 0777) is no one's
+    write access: only whose it is counts."""
+    recursive, fix_at = ("-R ", fix_all) if fix_all is not None else ("", path)
+    if st.st_uid not in owners:
+        raise Untrusted(
+            f"belongs to uid {st.st_uid}, not root", path, f"sudo chown {recursive}root {fix_at}"
+        )
+    writable = st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode)
+    if writable and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        mode = stat.S_IMODE(st.st_mode)
+        raise Untrusted(
+            f"is writable by other accounts (mode {mode:04o})",
+            path,
+            f"sudo chmod {recursive}go-w {fix_at}",
+        )
+
+
 def make_dir(parent_fd: int, name: str, mode: int, *, uid: int = -1, gid: int = -1) -> int:
     """The directory `name` below `parent_fd` (a directory root owns), created if missing, then
     given `mode` and, through its own descriptor, the owner `uid`:`gid` (-1: unchanged). An
@@ -165,6 +254,33 @@ def make_dir(parent_fd: int, name: str, mode: int, *, uid: int = -1, gid: int = 
         os.close(fd)
         raise
     return fd
+
+
+def open_append(path: Path, mode: int = 0o600) -> tuple[int, Path | None]:
+    """A descriptor appending to root's own regular file at `path` (a log), created with
+    `mode`. Whatever else holds that name (a symlink, a FIFO, a directory, a file of another
+    account's or with other hard links) is never followed or written: it is renamed aside,
+    and a new file is made in its place. Returns the descriptor and where the refused entry
+    went (None: there was none). The directory must be root's own."""
+    aside: Path | None = None
+    try:
+        fd = os.open(path, _APPEND_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK):
+            raise
+        fd = -1
+    if fd >= 0:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid():
+            os.set_blocking(fd, True)
+            os.fchmod(fd, mode)  # an older file of the same name, made under another umask
+            return fd, None
+        os.close(fd)
+    aside = path.with_name(f"{path.name}.refused-{secrets.token_hex(4)}")
+    os.rename(path, aside)  # the name itself, never what a link names
+    fd = os.open(path, _CREATE_FLAGS | os.O_APPEND, mode)
+    os.fchmod(fd, mode)
+    return fd, aside
 
 
 def copy_into(src_fd: int, dir_fd: int, name: str, *, limit: int, mode: int = 0o644) -> None:

@@ -29,6 +29,7 @@ from steps.errors import NeedsRootError
 from steps.paths import Paths
 from steps.rootfs import RootFS
 from steps.runner import carried_environment
+from steps.safefs import open_append
 from steps.state import write_atomic
 
 UNIT = "mlsetup-apply"
@@ -110,9 +111,8 @@ def _launch(fs: RootFS, args: list[str], ticket: str) -> str:
             if time.time() - stale.stat().st_mtime > STALE_HANDOVER_S:
                 stale.unlink()
     write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
-    log = (paths.log_dir / "engine.log").open("ab")
-    os.chmod(paths.log_dir / "engine.log", 0o600)
-    with log:
+    fd, _ = open_append(paths.log_dir / "engine.log")  # anything else there: set aside
+    with os.fdopen(fd, "ab") as log:
         systemd_run = shutil.which("systemd-run")
         if systemd_run and systemd_booted(fs):
             unit = [systemd_run, f"--unit={UNIT}-{ticket[:8]}", "--collect", "--quiet", *argv]
@@ -216,5 +216,5 @@ def take_handover(fs: RootFS, ticket: str) -> bool:
         environment = json.loads(claimed.read_text())
     finally:
         claimed.unlink()
-    os.environ.update(environment)
+    os.environ.update(carried_environment(environment))  # the filter its starter applied
     return True

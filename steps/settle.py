@@ -17,14 +17,13 @@ from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError
 from steps.events import Notice
-from steps.extensions import STACK_CHECK
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
 from steps.plan import Action
 from steps.runner import Result
 from steps.state import write_atomic
-from steps.venv import SMOKE_ACTION, StackUnavailable, settle_lock
+from steps.venv import StackUnavailable, settle_lock
 from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 
@@ -167,7 +166,9 @@ class StackSettler:
     def recorder(self, action: Action) -> Execute | None:
         """For the stack's smoke test (after the sync) and its check after the extensions: run
         it and keep its verdict for the report, passed or failed. None for any other action."""
-        which = {SMOKE_ACTION: "stack", STACK_CHECK: "after_extensions"}.get(action.id)
+        # the stack's own smoke test has no target (an extension's names the extension)
+        stack_smoke = action.kind == "smoke" and action.target is None
+        which = "stack" if stack_smoke else {"stack-check": "after_extensions"}.get(action.kind)
         if which is None:
             return None
 

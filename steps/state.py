@@ -40,6 +40,10 @@ class ActionRecord(BaseModel):
     exit_code: int | None = None
     log: str
     pid: int | None = None  # while running: the process, in case the engine dies first
+    # ... and what makes it that process, not another one given its pid later: its start time
+    # (psutil's create_time) and its uid
+    pid_started: float | None = None
+    pid_uid: int | None = None
 
 
 class RebootRecord(BaseModel):

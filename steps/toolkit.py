@@ -33,6 +33,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
             f"toolkit.install-{v}",
             f"Install CUDA toolkit {v} to {k.toolkit_path_for(v)}",
             [k.toolkit_package_for(v)],
+            target=v,
         )
         for v in todo
     ]

@@ -240,6 +240,7 @@ def _create(choices: Choices) -> Action:
     if choices.python_system:
         return Action(
             id="venv.create",
+            kind="create",
             title=f"Create a Python {python} venv at {choices.venv_path} (the system's Python)",
             argv=[
                 "uv",
@@ -255,6 +256,7 @@ def _create(choices: Choices) -> Action:
     why = choices.python_reason or "the system has none the torch release supports"
     return Action(
         id="venv.create",
+        kind="create",
         title=f"Create a Python {python} venv at {choices.venv_path} (uv downloads "
         f"CPython {python}: {why})",
         argv=["uv", "venv", "--python", python, choices.venv_path],
@@ -269,6 +271,7 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
     gpus = 0 if choices.cuda is None else len(facts.gpus)
     return Action(
         id=SMOKE_ACTION,
+        kind="smoke",
         title=f"Smoke-test torch {torch or '(as resolved)'} "
         f"({'CPU, gloo' if not gpus else f'{gpus} GPU' + ('s' if gpus > 1 else '')})",
         # without a lock yet (a plan from knowledge) no version to hold torch to: any
@@ -296,6 +299,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         actions = ([_create(choices)] if venv is None else []) + [
             Action(
                 id="venv.sync",
+                kind="sync",
                 title="Install the stack uv resolves at apply, in one step",
                 argv=_sync(choices, answers, choices.torch_build),
                 user=choices.owner.run_as,
@@ -324,6 +328,7 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     actions += [
         Action(
             id="venv.sync",
+            kind="sync",
             title=f"Install the locked stack in one step: {stack_text(lock)}"
             + _built_here(lock, choices),
             argv=_sync(choices, answers, lock.build),

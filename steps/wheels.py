@@ -1,8 +1,10 @@
 """Built extension wheels, kept so that nothing is compiled twice.
 
 A wheel is keyed by everything its binary depends on: the extension and its version, the
-exact torch (its local tag names the CUDA build), the Python, and the archs compiled. The
-machine keeps its own in /var/cache/mlsetup/wheels/<key>/; a fleet can share a wheelhouse
+exact torch (its local tag names the CUDA build), the Python, and the archs compiled; and by
+the account that built it, since a venv gets only a wheel that root built (in a tree of
+root's) or that its own owner built: what another account compiled is that account's code.
+The machine keeps its own in /var/cache/mlsetup/wheels/<key>/; a fleet can share a wheelhouse
 directory (answers build.wheelhouse) laid out the same way.
 
 The wheel just built sits in the compiling account's build tree, and a wheelhouse may belong to
@@ -36,9 +38,15 @@ BUILD_ROOT = f"{CACHE_DIR}/build"
 WHEEL_LIMIT = 4 * GiB  # flash-attn's wheels are a few hundred MB; nothing kept is larger
 
 
-def wheel_key(package: str, version: str, torch_version: str, python: str, archs: str) -> str:
-    """e.g. flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"""
-    return f"{canonicalize_name(package)}-{version}_torch-{torch_version}_py{python}_archs-{archs}"
+def wheel_key(
+    package: str, version: str, torch_version: str, python: str, archs: str, builder: str
+) -> str:
+    """e.g. flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90_by-alice: `builder` is the
+    account that compiled it ("root" for root)."""
+    return (
+        f"{canonicalize_name(package)}-{version}_torch-{torch_version}_py{python}"
+        f"_archs-{archs}_by-{single_component(builder)}"
+    )
 
 
 def build_dir(name: str, version: str) -> str:

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +221,63 @@ class FakeServer:
     @property
     def venv(self) -> Path:
         return self.home / "ml-env"
+
+
+EXTENSION_RECIPE = """[{name}]
+package = "{package}"
+import_name = "{import_name}"
+arch_variable = ""
+arch_map = {{ "8.0" = "80", "9.0" = "90", "12.0" = "120" }}
+threads_variable = "NVCC_THREADS"
+threads = 1
+force_build_variable = "TEST_FORCE_BUILD"
+peak_job_gib = 0.5
+build_requires = ["setuptools"]
+prebuilt_cuda_majors = []
+requirement = "{requirement}"
+smoke_test = "import {import_name}; print('{import_name} imported')"
+"""
+
+
+def install_extension(
+    server: FakeServer,
+    name: str,
+    setup_py: str,
+    package: str | None = None,
+    archive: bool = False,
+    owner: int = USER_UID,
+) -> Path:
+    """A test extension `name` whose setup.py is `setup_py` (its package: `package`, one
+    module of the same name with dots as underscores), its recipe in the server's recipe
+    directory, and the answers asking for it. Its source is a directory owned by `owner`, or
+    with `archive` an sdist-like .tar.gz (unpacked into the build tree at apply). Returns the
+    source directory or archive."""
+    package = package or name
+    module = package.replace(".", "_").replace("-", "_")
+    src = server.base / "src" / f"{package}-0.1.0"
+    (src / module).mkdir(parents=True)
+    (src / module / "__init__.py").write_text("")
+    (src / "setup.py").write_text(setup_py)
+    requirement: Path = src
+    if archive:  # in a directory of the archive's owner, as root's build requires
+        archives = server.base / f"archives-of-{owner}"
+        archives.mkdir(exist_ok=True)
+        os.chown(archives, owner, owner)
+        requirement = archives / f"{src.name}.tar.gz"
+        with tarfile.open(requirement, "w:gz") as tar:
+            tar.add(src, arcname=src.name)
+        shutil.rmtree(src)
+        os.chown(requirement, owner, owner)
+    else:
+        for path in [src.parent, src, *src.rglob("*")]:
+            os.chown(path, owner, owner)
+    (server.recipes / f"{module}.toml").write_text(
+        EXTENSION_RECIPE.format(
+            name=json.dumps(name), package=package, import_name=module, requirement=requirement
+        )
+    )
+    server.write_answers(extension=name)
+    return requirement
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:

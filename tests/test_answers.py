@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import resource
+import time
 
 import pytest
 
@@ -107,6 +109,42 @@ def test_bad_answers_name_key_value_and_allowed(toml, key, allowed):
 def test_toml_syntax_error_gives_the_line():
     with pytest.raises(InputError, match=r"line 3"):
         answers_from_toml('version = 1\n[driver]\naction = "auto\n', "a.toml")
+
+
+# 1 MiB answers files whose shape costs tomllib the most per byte (steps.inputs bounds them
+# before parsing): the largest of each kind that is let through, and those just past the bounds.
+MiB = 1 << 20
+SHAPES = {
+    "dotted-keys-of-16-parts": "".join(f"k{i}" + ".a" * 15 + " = 1\n" for i in range(1170)),
+    "tables-of-16-parts": "".join(f"[t{i}" + ".a" * 15 + "]\n" for i in range(1110)),
+    "one-part-keys": "".join(f"k{i} = 1\n" for i in range(9990)),
+    "an-array-of-floats": "a = [" + ",".join("1.5" for _ in range(9990)) + "]\n",
+    "nested-32-deep": "".join(f"k{i} = " + "[" * 32 + "]" * 32 + "\n" for i in range(300)),
+    "long-strings": "".join(f'k{i} = "{"x." * 500}"\n' for i in range(1030)),
+    "a-100000-part-key": "a" + ".a" * 99_999 + " = 1\n",
+    "dotted-keys-past-the-mark-limit": "".join(
+        f"k{i}" + ".a" * 15 + " = 1\n" for i in range(40_000)
+    ),
+    "nested-33-deep": "a = " + "[" * 33 + "]" * 33 + "\n",
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_any_1_mib_answers_shape_is_read_or_refused_within_a_second(shape):
+    text = SHAPES[shape][:MiB]
+    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        answers_from_toml(text, "a.toml")
+        outcome = "parsed"
+    except InputError as exc:
+        outcome = str(exc).split(": ", 2)[-1][:60]
+    took = time.monotonic() - started
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(
+        f"{shape} ({len(text) // 1024} KiB): {took * 1000:.0f} ms, +{grew // 1024} MiB: {outcome}"
+    )
+    assert took < 1.0 and grew < 200 * 1024, (took, grew)
 
 
 @pytest.mark.parametrize(

@@ -517,7 +517,7 @@ def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_fac
     server.machine.driver_loaded("580.105.08")
     server.write_answers(extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
     assert server.mlsetup("apply", "--answers", str(server.answers)).returncode == 0
-    key = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py*_archs-native"
+    key = f"tinyext-0.1.0_torch-{STANDIN_TORCH}+cu130_py*_archs-native_by-mluser"
     published = list(wheelhouse.glob(f"{key}/*.whl"))
     assert len(published) == 1
     # a machine without that wheel in its own cache installs it from the wheelhouse

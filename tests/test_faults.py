@@ -24,10 +24,12 @@ from typing import ClassVar
 import psutil
 import pytest
 
-from steps.events import BuildProgress, RunStarted
+from steps.answers import answers_from_toml
+from steps.errors import InputError
+from steps.events import ActionFinished, BuildProgress, Notice, Output, RunStarted
 from steps.state import load_state
 from tests.common import FIXTURES, REPO
-from tests.harness import USER_UID, FakeServer, wait_for
+from tests.harness import USER_UID, FakeServer, install_extension, wait_for
 
 STATE = "var/lib/mlsetup/state.json"
 
@@ -519,3 +521,216 @@ def test_index_credentials_never_reach_a_command_line_or_any_output(server: Fake
         )
     finally:
         httpd.shutdown()
+
+
+# -- a build backend that leaves a daemon holding the build's output --------------------------
+
+DAEMONISING_SETUP = """
+import os, sys, time
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:  # the wheel's build, not the metadata step before it
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:  # the daemon: its stdout is still the build's
+            with open(os.path.expanduser("~/daemon.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            print("daemon: holding the build's output", flush=True)
+            time.sleep(120)
+        os._exit(0)
+setup(name="daemonext", version="0.1.0", packages=["daemonext"])
+print(f"SETUP-DONE {time.time()}", flush=True)
+"""
+
+
+def test_a_build_backend_that_double_forks_a_daemon_does_not_hold_the_build(
+    server: FakeServer,
+):
+    """The daemon keeps the build's stdout open (pip reads its backend's output to the end):
+    the build step still ends within 10 s of its backend, and the daemon is ended with it."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "daemonext", DAEMONISING_SETUP)
+    run = server.mlsetup("apply", "--answers", str(server.answers), timeout=200)
+    assert run.returncode == 0, run.stdout + run.stderr
+    events = server.events()
+    build = "extensions.daemonext.build"
+    done = [
+        float(e.line.split()[1])
+        for e in events
+        if isinstance(e, Output) and e.action == build and e.line.strip().startswith("SETUP-DONE")
+    ]
+    ended = [e.t for e in events if isinstance(e, ActionFinished) and e.action == build]
+    assert done and ended, [e for e in events if getattr(e, "action", None) == build][-5:]
+    held = ended[0] - done[-1]
+    daemon = int((server.home / "daemon.pid").read_text())
+    assert held < 10, f"the build step ended {held:.1f}s after its backend"
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).uids().real != USER_UID
+    assert any(re.search(rf"pids [0-9, ]*\b{daemon}\b", t) for t in _notices(server))
+    print(f"daemonising backend: the build step ended {held:.1f}s after its backend; daemon ended")
+
+
+def _notices(server: FakeServer) -> list[str]:
+    return [e.text for e in server.events() if isinstance(e, Notice)]
+
+
+# -- an answers file whose dotted key has 100,000 parts -----------------------------------------
+
+
+def test_a_dotted_key_of_100000_parts_is_refused_within_a_second(server: FakeServer):
+    text = "version = 1\n" + "a" + ".a" * 99_999 + " = 1\n"
+    started = time.monotonic()
+    with pytest.raises(InputError) as refused:
+        answers_from_toml(text, "answers.toml")
+    parse_s = time.monotonic() - started
+    assert "line 2: a key of more than 16 dotted parts" in str(refused.value)
+    assert parse_s < 1.0, parse_s
+    server.answers.write_text(text)
+    code, wall_s, rss_kib, out, err = _run_measured(
+        server, "apply", "--answers", str(server.answers)
+    )
+    assert code == 2, out + err
+    assert "line 2: a key of more than 16 dotted parts" in err and "Traceback" not in out + err
+    assert server.calls() == [] and not (server.root / STATE).exists()  # nothing ran
+    assert rss_kib < 200 * 1024, rss_kib
+    print(
+        f"100,000-part dotted key ({len(text) // 1024} KiB): refused in {parse_s * 1000:.1f} ms; "
+        f"mlsetup apply: exit 2 after {wall_s:.2f}s wall (interpreter start included), "
+        f"peak RSS {rss_kib // 1024} MiB"
+    )
+
+
+def _run_measured(server: FakeServer, *args: str) -> tuple[int, float, int, str, str]:
+    """mlsetup's exit code, wall seconds, peak RSS (KiB) of its own process, stdout, stderr."""
+    out, err = server.base / "measured.out", server.base / "measured.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args, "--root", str(server.root)],
+            stdout=stdout,
+            stderr=stderr,
+            env=server.env(),
+            cwd=REPO,
+        )
+    started = time.monotonic()
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - started > 60:
+            proc.kill()
+            pytest.fail(f"mlsetup {' '.join(args)} still running after 60s")
+        time.sleep(0.01)
+    code = os.waitstatus_to_exitcode(status)
+    return code, time.monotonic() - started, usage.ru_maxrss, out.read_text(), err.read_text()
+
+
+# -- an extension whose name has a dot ----------------------------------------------------------
+
+SLOW_FIRST_SETUP = """
+import os, sys, time
+from setuptools import setup
+
+marker = os.path.expanduser("~/dotted-build-started")
+if "bdist_wheel" in sys.argv and not os.path.exists(marker):
+    open(marker, "w").close()
+    print("first build: waiting to be killed", flush=True)
+    time.sleep(120)
+setup(name="tiny.ext", version="0.1.0", packages=["tiny_ext"])
+"""
+
+
+def test_an_extension_named_with_a_dot_goes_through_apply_kill_and_resume(server: FakeServer):
+    """`tiny.ext` (a valid recipe name): planned, built, killed with -9 mid-build, resumed to
+    the end; nothing reads a meaning into the dot."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "tiny.ext", SLOW_FIRST_SETUP)
+    plan = server.mlsetup("plan", "--answers", str(server.answers), "--json")
+    assert plan.returncode == 0, plan.stderr
+    step = json.loads(plan.stdout)["steps"][3]
+    assert step["reason"].startswith("build tiny.ext against"), step["reason"]
+    assert {a["target"] for a in step["actions"]} == {"tiny.ext"}
+    viewer = server.popen("apply", "--answers", str(server.answers))
+    wait_for(lambda: (server.home / "dotted-build-started").exists(), timeout=240)
+    engine = _engine_pid(server)
+    os.kill(engine, signal.SIGKILL)
+    viewer.wait(timeout=30)
+    wait_for(server.apply_lock_free)
+    assert server.state_file()["actions"]["extensions.tiny.ext.build"]["status"] == "running"
+    resume = server.mlsetup("apply", "--resume", timeout=300)
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    _no_traceback(resume)
+    assert server.state_file()["phase"] == "done"
+    smoke = server.root / "var/log/mlsetup/current/extensions.tiny.ext.smoke.log"
+    assert "tiny_ext imported" in smoke.read_text()
+    print("tiny.ext: plan, apply, kill -9 mid-build, --resume: done, smoke test passed")
+
+
+# -- a decisions log that is a link --------------------------------------------------------------
+
+
+def test_a_decisions_log_that_is_a_link_never_stops_the_run(server: FakeServer):
+    """A resume reopens its run's decisions.log: a link planted there (to a root-only file) is
+    set aside, never followed, and the run goes on."""
+    server.machine.driver_loaded("580.105.08")
+    server.script({"apt-get cuda-toolkit-13-0": {"exit": 100}})
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 1, first.stdout + first.stderr
+    run_dir = (server.root / "var/log/mlsetup/current").resolve()
+    victim = server.base / "victim.txt"
+    victim.write_text("root's own\n")
+    victim.chmod(0o600)
+    (run_dir / "decisions.log").unlink()
+    (run_dir / "decisions.log").symlink_to(victim)
+    server.script({})
+    resume = server.mlsetup("apply", "--resume")
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    _no_traceback(resume)
+    assert victim.read_text() == "root's own\n"
+    log = run_dir / "decisions.log"
+    assert not log.is_symlink() and "resuming run" in log.read_text()
+    assert [p.name for p in run_dir.glob("decisions.log.refused-*")], list(run_dir.iterdir())
+    assert any("decisions.log was not a log file of root's own" in t for t in _notices(server))
+
+
+# -- a build whose log fills the disk -----------------------------------------------------------
+
+SPINNING_SETUP = """
+import os, sys, time
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:
+    with open(os.path.expanduser("~/spinner.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    deadline = time.time() + 120
+    while time.time() < deadline:  # a build that talks a lot
+        print("compiling " + "x" * 1000, flush=True)
+        time.sleep(0.001)
+setup(name="spinext", version="0.1.0", packages=["spinext"])
+"""
+
+
+def test_a_build_whose_log_fills_the_disk_is_not_left_running(server: FakeServer):
+    """/var/log fills up while a build writes its log: the run ends with the no-space
+    diagnosis, and the build (whose output nothing can keep) ends with it, not minutes later."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "spinext", SPINNING_SETUP)
+    directory = server.root / "var/log/mlsetup"
+    directory.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(directory)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        run = server.mlsetup("apply", "--answers", str(server.answers), "--foreground")
+        ended = time.monotonic()
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "no space left on the device to write" in run.stdout + run.stderr
+        backend = int((server.home / "spinner.pid").read_text())
+        while psutil.pid_exists(backend) and time.monotonic() - ended < 30:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(backend), "the build went on after the run ended"
+        print(f"full /var/log mid-build: the build ended {time.monotonic() - ended:.1f}s after")
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import get_args
 
 import pytest
 
@@ -12,7 +13,7 @@ from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
 from steps.lock import Lock
-from steps.plan import STEP_ORDER, Plan
+from steps.plan import STEP_ORDER, ActionKind, Plan
 from steps.planner import make_plan
 from steps.venvstate import VenvState
 from tests.common import MACHINES, run_cli
@@ -235,7 +236,7 @@ def test_a_wheel_built_earlier_is_installed_instead_of_compiling():
         torch_cuda="13.0",
     )
     (key,) = wanted_wheels(choose(facts, answers), venv)
-    assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90"
+    assert key == "flash-attn-2.8.3_torch-2.11.0+cu130_py3.12_archs-90_by-root"
     plan = make_plan(facts, answers, venv, {key: "/shared/wheels/" + key})
     ids = [a.id for a in plan.step("extensions").actions]
     assert ids == [
@@ -336,7 +337,12 @@ def test_plan_json_contract_from_cli():
         assert set(step) == {"name", "status", "reason", "actions"}
         assert step["status"] in ("pending", "satisfied")
         for action in step["actions"]:
-            assert set(action) == {"id", "title", "argv", "env", "user", "reboot_after"}
+            # the keys of mlsetup.plan/1 (DESIGN.md), and the ones added since: kind, target
+            assert set(action) == {
+                *("id", "title", "argv", "env", "user", "reboot_after"),
+                *("kind", "target"),
+            }
+            assert action["kind"] in get_args(ActionKind)
             assert isinstance(action["argv"], list) and all(
                 isinstance(w, str) for w in action["argv"]
             )

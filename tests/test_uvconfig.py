@@ -103,6 +103,7 @@ def test_real_uv_asks_the_mirror_from_pip_conf(tmp_path):
         runner = Runner(RootFS(root), lambda event: None, base_path=PATH, environ={"PATH": PATH})
         action = Action(
             id="venv.probe",
+            kind="resolve",
             title="resolve through the operator's mirror",
             argv=[
                 "uv",

@@ -26,6 +26,7 @@ class ActionView:
     id: str
     step: str
     title: str
+    kind: str = ""  # steps.plan.ActionKind, from the plan or the action's events
     command: str = ""
     log: str = ""
     # pending | running | done | failed | already-done | dry-run | offline (a stack resolution
@@ -111,11 +112,13 @@ class RunModel:
             view = self.actions.get(event.action)
             if view is None:
                 view = self.actions[event.action] = ActionView(event.action, event.step, "")
+            view.step, view.kind = event.step, event.action_kind or view.kind
             view.title, view.command, view.log = event.title, event.command, event.log
             view.status, view.started = "running", event.t
             self.current = event.action
         elif isinstance(event, ev.ActionFinished):
             view = self.actions.get(event.action) or ActionView(event.action, event.step, "")
+            view.kind = event.action_kind or view.kind
             self.actions[event.action] = view
             view.status, view.elapsed, view.exit_code = event.status, event.elapsed, event.exit_code
             if event.status == "failed":
@@ -171,7 +174,8 @@ class RunModel:
     def lines(self, action: str, lines: list[str]) -> ActionView:
         view = self.actions.get(action)
         if view is None:
-            view = self.actions[action] = ActionView(action, action.split(".")[0], action)
+            # output before its action-start (a stream joined midway): the step comes with it
+            view = self.actions[action] = ActionView(action, "", action)
         view.lines.extend(lines)
         view.total_lines += len(lines)
         return view
@@ -182,7 +186,8 @@ class RunModel:
             self.steps[step["name"]] = "pending" if step["status"] == "pending" else "satisfied"
             for action in step["actions"]:
                 self.actions.setdefault(
-                    action["id"], ActionView(action["id"], step["name"], action["title"])
+                    action["id"],
+                    ActionView(action["id"], step["name"], action["title"], action.get("kind", "")),
                 )
 
     def _step_done(self, step: str) -> bool:

@@ -137,7 +137,7 @@ class SummaryController:
         """The engine's own smoke actions (an extension imported and run in the venv)."""
         out = []
         for a in self.model.actions.values():
-            if not a.id.endswith(".smoke") or a.status in ("pending", "dry-run"):
+            if a.kind != "smoke" or a.status in ("pending", "dry-run"):
                 continue
             last = next((line for line in reversed(a.lines) if line.strip()), "")
             mark = ok if a.status in ("done", "already-done") else bad
@@ -159,6 +159,7 @@ class SummaryController:
         imports = [] if self.engine_smoke() else self.smoke_imports()
         action = Action(
             id="smoke-test",
+            kind="smoke",
             title="Smoke test",
             argv=[choices.venv_python, "-c", SMOKE_SCRIPT, *imports],
             user=choices.owner.run_as,
