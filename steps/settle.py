@@ -123,6 +123,8 @@ class StackSettler:
                     excuses=exc.action,
                 )
             )
+            if not self.run.req.dry_run:
+                self._share_smoke_test()
             return
         action, result = self._resolved or (None, None)
         if action is None or action.id != exc.action:
@@ -156,11 +158,18 @@ class StackSettler:
         text = lock.file_text()
         if fs.read_text(STATE_LOCK) != text:
             write_atomic(fs.path(STATE_LOCK), text)
+        self._share_smoke_test()
+        write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
+
+    def _share_smoke_test(self) -> None:
+        """The stack's smoke test where the venv's owner runs it (after the sync, and as the
+        check after the extensions), in a directory only root writes; a venv kept unlocked
+        gets its check after the extensions too."""
+        fs = self.run.fs
         shared = fs.path(SHARED_DIR)
         for directory in (shared.parent, shared):
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o755)
-        write_atomic(fs.path(SHARED_LOCK), text, mode=0o644)
         write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
 
     def recorder(self, action: Action) -> Execute | None:

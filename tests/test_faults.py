@@ -647,7 +647,8 @@ def test_an_extension_named_with_a_dot_goes_through_apply_kill_and_resume(server
     assert plan.returncode == 0, plan.stderr
     step = json.loads(plan.stdout)["steps"][3]
     assert step["reason"].startswith("build tiny.ext against"), step["reason"]
-    assert {a["target"] for a in step["actions"]} == {"tiny.ext"}
+    # every action but the stack check after the extensions is for the extension
+    assert {a["target"] for a in step["actions"] if a["kind"] != "stack-check"} == {"tiny.ext"}
     viewer = server.popen("apply", "--answers", str(server.answers))
     wait_for(lambda: (server.home / "dotted-build-started").exists(), timeout=240)
     engine = _engine_pid(server)

@@ -173,7 +173,7 @@ def test_a_wheel_built_earlier_that_needs_another_torch_is_refused_before_anythi
 ):
     index = frozen_machine(server, build_tools)
     wheelhouse = server.base / "wheelhouse"
-    key = wheel_key("tinyext", "0.1.0", LOCKED_TORCH, PYTHON, "native")
+    key = wheel_key("tinyext", "0.1.0", LOCKED_TORCH, PYTHON, "native", "mluser")
     build_wheel(wheelhouse / key, "tinyext", "0.1.0", {"tinyext/__init__.py": ""}, ("torch>=2.10",))
     for d in (wheelhouse, wheelhouse / key):
         d.chmod(0o755)

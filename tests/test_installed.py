@@ -258,9 +258,20 @@ async def main() -> None:
     facts = Path(str(files("assets") / "machines" / "h200-ubuntu2404.json"))
     app = WizardApp(Session.load(facts=facts, dry_run=True))
     async with app.run_test(size=(100, 30)) as pilot:
-        for _ in range(6):  # Machine, Driver, Toolkit, Venv, Extensions, Review (starts the run)
+        for _ in range(6):  # Machine, Driver, Toolkit, Venv, Extensions, Review (asks first)
             await pilot.press("enter")
             await pilot.pause()
+        for _ in range(200):  # the confirmation, marked as a dry run: Cancel has the focus
+            if type(app.screen).__name__ == "ConfirmScreen":
+                break
+            await asyncio.sleep(0.05)
+        await pilot.press("end")  # Start waits until the whole list has been on screen
+        for _ in range(200):
+            if getattr(app.screen, "seen_all", False):
+                break
+            await asyncio.sleep(0.05)
+        await pilot.press("tab", "enter")
+        await pilot.pause()
         for _ in range(600):
             if app.model.finished is not None:
                 break

@@ -58,7 +58,7 @@ def test_a_command_of_no_account_runs_with_the_home_of_the_account_running_mlset
 
     def environment() -> str:
         runner = Runner(RootFS(base), lambda event: None, environ={"PATH": "/usr/bin:/bin"})
-        action = Action(id="env", title="its environment", argv=["env"])
+        action = Action(id="env", kind="resolve", title="its environment", argv=["env"])
         result = runner.run(action, base / "logs" / f"env-{os.geteuid()}.log")
         return "\n".join(result.tail)
 

@@ -187,7 +187,9 @@ def test_a_package_or_version_that_does_not_exist_is_named_once(server, pypi, tr
 
 def test_an_old_torch_version_is_judged_by_its_wheel_not_called_the_cpu_build(server, pypi, trap):
     message = refused(server, pypi, trap, [], torch='version = "==2.3.1"')
-    assert message.startswith("mlsetup: torch.version = '==2.3.1': torch 2.3.1")
+    assert message.startswith(
+        "mlsetup: input error (answers): torch.version = '==2.3.1': torch 2.3.1"
+    )
     assert "the cu121 build (its wheel requires nvidia-cuda-runtime-cu12==12.1.105)" in message
     assert "no kernels for compute capability 12.0" in message and "CPU" not in message
 

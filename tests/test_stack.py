@@ -12,18 +12,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 
 import pytest
+from uv import find_uv_bin
 
 from steps.events import ActionStarted, Notice
 from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
 from tests.common import MACHINES, run_cli
-from tests.harness import FakeServer, mode
+from tests.harness import FakeServer, install_extension, mode
 from tests.pkgindex import PackageIndex, standard_index
 
 PYTHON = "{}.{}".format(*sys.version_info[:2])
@@ -381,3 +383,37 @@ def test_root_reads_the_lock_from_the_directory_it_made_not_where_the_account_po
         for swapped in moved.read_text().split():
             Path(swapped).unlink(missing_ok=True)
             shutil.rmtree(f"{swapped}.moved", ignore_errors=True)
+
+
+OFFLINE_EXT_SETUP = """
+from setuptools import setup
+setup(name="offext", version="0.1.0", packages=["offext"])
+"""
+
+
+def test_a_venv_kept_unlocked_gets_its_check_after_the_extensions(server: FakeServer):
+    """An image's venv (torch already there, no index: kept unlocked) and an extension from the
+    wheel cache: the stack check after the extensions runs (its script is placed for an
+    unlocked venv too) and passes. Seen on the H200, where it failed: "can't open file
+    '/var/cache/mlsetup/stack/smoke_stack.py'"."""
+    server.machine.driver_loaded("580.105.08")
+    install_extension(server, "offext", OFFLINE_EXT_SETUP)
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 0, first.stdout + first.stderr
+    # the image as it comes: no lock kept, no shared smoke test, the extension not installed
+    shutil.rmtree(server.root / "var/cache/mlsetup/stack")
+    (server.root / "var/lib/mlsetup/stack.lock").unlink()
+    venv_python = str(server.venv / "bin/python")
+    subprocess.run(
+        [find_uv_bin(), "pip", "uninstall", "--python", venv_python, "offext"],
+        check=True,
+        capture_output=True,
+    )
+    closed = "http://127.0.0.1:9/whl/{build}"  # a closed port: nothing answers
+    server.answers.write_text(server.answers.read_text().replace(str(server.index), closed))
+    offline = {"UV_DEFAULT_INDEX": "http://127.0.0.1:9/pypi", "UV_HTTP_RETRIES": "0"}
+    run = server.mlsetup("apply", "--answers", str(server.answers), **offline)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "kept as it is, unlocked" in run.stdout
+    ran = server.report()["ran"]
+    assert ran[-1] == "extensions.stack-check" and "extensions.offext.install-wheel" in ran, ran

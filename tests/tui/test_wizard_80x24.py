@@ -288,7 +288,7 @@ async def test_a_dry_run_asks_first_marked_as_one_and_its_run_says_nothing_ran()
         await pilot.pause()
         text = shown(app)
         assert "The dry run has ended: nothing ran, nothing was changed" in text
-        assert "a real apply runs 19 actions" in text
+        assert "a real apply runs 21 actions" in text
         steps = str(app.screen.query_one("#steps-line").visual)
         assert "✓" not in steps.replace("✓ extensions", "")  # walked steps are not "done"
         assert set(app.model.steps.values()) <= {"dry-run", "satisfied"}

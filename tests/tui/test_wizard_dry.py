@@ -67,7 +67,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         # the dry run asks first, as a real apply does, marked as a dry run
         confirm = await apply_confirmed(pilot)
         assert (
-            confirm.startswith("DRY RUN: walk 13 actions for rtx-pro-6000")
+            confirm.startswith("DRY RUN: walk 16 actions for rtx-pro-6000")
             and "Nothing runs" in confirm
         )
         assert isinstance(app.screen, RunScreen)
