@@ -261,6 +261,10 @@ def follow(
                     f.close()
                 f, current, buffer = target.open(encoding="utf-8"), target, ""
             elif stop():
+                # the writer may have appended its last events (a Finished) between the
+                # read that found nothing and the check that found it gone: read them first
+                if f is not None:
+                    yield from _drain(f, buffer, skip)
                 return
             else:
                 time.sleep(poll)
@@ -270,6 +274,8 @@ def follow(
 
 
 def _drain(f: TextIO, buffer: str, skip: Callable[[str], bool]) -> Iterator[Event]:
-    for line in (buffer + f.read()).splitlines():
-        if line.strip() and not skip(line):
+    """The whole lines left in `f`; a last line cut short (its writer died mid-write) is
+    not an event."""
+    for line in (buffer + f.read()).splitlines(keepends=True):
+        if line.endswith("\n") and line.strip() and not skip(line):
             yield event_from_json(line)

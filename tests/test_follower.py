@@ -104,3 +104,27 @@ def test_a_new_start_passes_over_the_previous_runs_events_unparsed(tmp_path):
     seen = list(follower.events())
     lock.release()
     assert [type(e).__name__ for e in seen] == ["RunStarted", "Finished"]
+
+
+def test_a_finish_written_just_before_the_engine_lets_go_of_the_lock_is_still_read(tmp_path):
+    """The race CI hit under load (2 cores): the follower reads to the end, the engine writes
+    its Finished and releases the lock, then the follower finds the lock free. It must read
+    what was written before it calls the run lost."""
+    fs, log = _run(tmp_path)
+    lock = ApplyLock(Paths(fs).lock)
+    lock.acquire()
+    log(_started("mine"))
+    log(ev.Notice(text="working"))
+    checks = []
+
+    def cancelled() -> bool:  # the front end's check runs first in every stop(): the window
+        if len(checks) == 1:  # the follower is at the end of the stream
+            log(ev.Finished(code=0, result="done", summary="ok"))
+            lock.release()
+        checks.append(True)
+        return False
+
+    follower = RunFollower(fs, "mine", lock_handed=True, cancelled=cancelled, poll=0.02)
+    seen = [type(e).__name__ for e in follower.events()]
+    assert seen == ["RunStarted", "Notice", "Finished"]
+    assert follower.finished is not None and follower.finished.code == 0
