@@ -31,6 +31,12 @@ def _stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The same pixels on every machine: colours on, fancy glyphs, fixed paths."""
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setattr("steps.driver.ASSETS_DIR", Path("/opt/mlsetup/assets"))
+    # the build's compiler wrapper and ninja shim are shown with their paths (a checkout in
+    # CI lies elsewhere than here)
+    tools = Path("/opt/mlsetup/assets/buildtools")
+    monkeypatch.setattr("steps.buildtools.TOOLS", tools)
+    monkeypatch.setattr("steps.buildtools.NVCC", tools / "nvcc")
+    monkeypatch.setattr("steps.buildtools.NINJA_DIR", tools / "bin")
     monkeypatch.chdir(tmp_path)
 
 
