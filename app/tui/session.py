@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,9 +203,9 @@ class Session:
         path = path.expanduser().absolute()
         text = self.answers.to_toml()
         account = invoking_account()
-        if account is None:
+        if account is None:  # root logged in as root, or a normal user: the same rules
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_private(path, text.encode())
             return Saved(path, None)
         name, uid, gid = account
         write_as(uid, gid, path, text)
@@ -298,12 +299,7 @@ def write_as(uid: int, gid: int, path: Path, text: str) -> None:
             os.setgid(gid)
             os.setuid(uid)
             os.makedirs(path.parent, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.close(fd)
+            write_private(path, data)
             code = 0
         except OSError as exc:
             os.write(write, (exc.strerror or str(exc)).encode()[:500])
@@ -315,6 +311,25 @@ def write_as(uid: int, gid: int, path: Path, text: str) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise OSError(errno.EACCES, why or "the write failed")
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `path` readable by this process's account only: never through a link
+    (O_NOFOLLOW), never into a file of another account or one that is not a regular file
+    (checked before anything of it is truncated: in /tmp, root could else overwrite a file
+    a user left there for it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"{path} is not a file of this account's: not replaced")
+        os.ftruncate(fd, 0)
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def invoking_account() -> tuple[str, int, int] | None:

@@ -426,3 +426,40 @@ async def test_save_answers_under_sudo_belongs_to_the_invoking_account(shared_tm
         await pilot.pause()
         assert isinstance(app.screen, SaveScreen) and not (tmp_path / "elsewhere.toml").exists()
         await pilot.press("escape")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's own save is the case under test")
+def test_root_saving_its_answers_in_a_shared_directory_follows_no_link_and_spares_others_files(
+    shared_tmp, monkeypatch
+):
+    """Root logged in as root (no sudo): a link or another account's file planted where the
+    answers would go is not written through or truncated; a fresh path is saved 0600."""
+    for name in ("SUDO_UID", "SUDO_GID", "SUDO_USER"):
+        monkeypatch.delenv(name, raising=False)
+    sticky = shared_tmp / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    session = Session(
+        fs=RootFS(shared_tmp / "root"),
+        facts=load_facts(machine(RTX)),
+        answers=load_answers(EXAMPLE),
+        dry_run=True,
+    )
+    victim = shared_tmp / "root-file"
+    victim.write_text("root's own\n")
+    (sticky / "link.toml").symlink_to(victim)
+    with pytest.raises(OSError):
+        session.save_answers(sticky / "link.toml")
+    assert victim.read_text() == "root's own\n"
+
+    theirs = sticky / "theirs.toml"
+    theirs.write_text("nobody's notes\n")
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(OSError, match="not a file of this account's"):
+        session.save_answers(theirs)
+    assert theirs.read_text() == "nobody's notes\n"
+
+    fresh = sticky / "answers.toml"
+    session.save_answers(fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    assert fresh.read_text() == session.answers.to_toml()
