@@ -179,20 +179,19 @@ def open_trusted_dir(path: str | Path, owners: Collection[int]) -> int:
     real = Path(os.path.realpath(path))
     for above in reversed(real.parents):
         _check_trusted(os.stat(above), owners, above, sticky_ok=True)
-    fd = open_dir(real)
-    try:
-        _check_trusted(os.fstat(fd), owners, real, sticky_ok=False)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _trusted_or_closed(open_dir(real), owners, real)
 
 
 def open_trusted_file(name: str, dir_fd: int, owners: Collection[int], shown: Path) -> int:
     """A read descriptor for the regular file `name` in the trusted directory `dir_fd`: never
     through a link, belonging to one of `owners`, writable by no other account (`shown`: its
     path, for the refusal)."""
-    fd = open_regular(single_component(name), dir_fd=dir_fd)
+    return _trusted_or_closed(open_regular(single_component(name), dir_fd=dir_fd), owners, shown)
+
+
+def _trusted_or_closed(fd: int, owners: Collection[int], shown: Path) -> int:
+    """`fd` when what it opened passes the trust check (no sticky exception: it is what root
+    acts on), else closed and refused."""
     try:
         _check_trusted(os.fstat(fd), owners, shown, sticky_ok=False)
     except BaseException:
