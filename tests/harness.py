@@ -13,6 +13,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from steps.engine import ApplyLock
 from steps.events import ActionStarted, Event, event_from_json
@@ -67,6 +68,14 @@ version = "0.1.0"
 [reboot]
 policy = "{policy}"
 """
+
+
+class Measured(NamedTuple):
+    code: int
+    wall_s: float
+    rss_kib: int
+    stdout: str
+    stderr: str
 
 
 class FakeServer:
@@ -157,6 +166,35 @@ class FakeServer:
             env=self.env(**env),
             cwd=REPO,
             timeout=timeout,
+        )
+
+    def measured(self, *args: str, timeout: float = 60) -> Measured:
+        """`mlsetup ARGS` with its wall time and the peak RSS of its own process."""
+        out, err = self.base / "measured.out", self.base / "measured.err"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", *args, "--root", str(self.root)],
+                stdout=stdout,
+                stderr=stderr,
+                env=self.env(),
+                cwd=REPO,
+            )
+        start = time.monotonic()
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > timeout:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise TimeoutError(f"mlsetup {' '.join(args)} still running after {timeout}s")
+            time.sleep(0.01)
+        return Measured(
+            os.waitstatus_to_exitcode(status),
+            time.monotonic() - start,
+            usage.ru_maxrss,
+            out.read_text(),
+            err.read_text(),
         )
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen:

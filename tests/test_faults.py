@@ -585,9 +585,7 @@ def test_a_dotted_key_of_100000_parts_is_refused_within_a_second(server: FakeSer
     assert "line 2: a key of more than 16 dotted parts" in str(refused.value)
     assert parse_s < 1.0, parse_s
     server.answers.write_text(text)
-    code, wall_s, rss_kib, out, err = _run_measured(
-        server, "apply", "--answers", str(server.answers)
-    )
+    code, wall_s, rss_kib, out, err = server.measured("apply", "--answers", str(server.answers))
     assert code == 2, out + err
     assert "line 2: a key of more than 16 dotted parts" in err and "Traceback" not in out + err
     assert server.calls() == [] and not (server.root / STATE).exists()  # nothing ran
@@ -597,30 +595,6 @@ def test_a_dotted_key_of_100000_parts_is_refused_within_a_second(server: FakeSer
         f"mlsetup apply: exit 2 after {wall_s:.2f}s wall (interpreter start included), "
         f"peak RSS {rss_kib // 1024} MiB"
     )
-
-
-def _run_measured(server: FakeServer, *args: str) -> tuple[int, float, int, str, str]:
-    """mlsetup's exit code, wall seconds, peak RSS (KiB) of its own process, stdout, stderr."""
-    out, err = server.base / "measured.out", server.base / "measured.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args, "--root", str(server.root)],
-            stdout=stdout,
-            stderr=stderr,
-            env=server.env(),
-            cwd=REPO,
-        )
-    started = time.monotonic()
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - started > 60:
-            proc.kill()
-            pytest.fail(f"mlsetup {' '.join(args)} still running after 60s")
-        time.sleep(0.01)
-    code = os.waitstatus_to_exitcode(status)
-    return code, time.monotonic() - started, usage.ru_maxrss, out.read_text(), err.read_text()
 
 
 # -- an extension whose name has a dot ----------------------------------------------------------

@@ -249,39 +249,6 @@ else:  # 3 GiB, sparse: nothing for the account to pay, all for a reader that re
 """
 
 
-def _run_measured(
-    server: FakeServer, *args: str, timeout: float
-) -> tuple[int, float, int, str, str]:
-    """mlsetup's exit code, wall seconds, peak RSS (KiB, its own process's), stdout, stderr."""
-    out, err = server.base / "plan.out", server.base / "plan.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args, "--root", str(server.root)],
-            stdout=stdout,
-            stderr=stderr,
-            env=server.env(),
-            cwd=REPO,
-        )
-    start = time.monotonic()
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - start > timeout:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            pytest.fail(f"mlsetup {' '.join(args)} still running after {timeout}s")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return (
-        proc.returncode,
-        time.monotonic() - start,
-        usage.ru_maxrss,
-        out.read_text(),
-        err.read_text(),
-    )
-
-
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
 @pytest.mark.parametrize("which", ["cfg", "torch"])
 def test_a_venv_file_that_never_ends_leaves_plan_prompt_and_small(
@@ -289,8 +256,8 @@ def test_a_venv_file_that_never_ends_leaves_plan_prompt_and_small(
 ):
     python = "{}.{}".format(*sys.version_info[:2])
     by_account(PLANT_IN_VENV, str(server.venv), python, which, kind)
-    code, elapsed, rss_kib, out, err = _run_measured(
-        server, "plan", "--answers", str(server.answers), "--json", timeout=60
+    code, elapsed, rss_kib, out, err = server.measured(
+        "plan", "--answers", str(server.answers), "--json", timeout=60
     )
     assert code == 0, out + err
     plan = json.loads(out)
