@@ -46,6 +46,30 @@ def ansible_playbook() -> str:
     return found
 
 
+def run_playbook(
+    base: Path, cfg: Path, inventory: Path, *args: str, timeout: float, **settings: str
+) -> subprocess.CompletedProcess:
+    """The role's playbook as an operator runs it from `base`, with this test's ansible.cfg
+    and home (never the invoking account's ANSIBLE_* settings) and plain YAML results;
+    `settings`: more ANSIBLE_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_CONFIG=str(cfg),
+        ANSIBLE_HOME=str(base / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+        **settings,
+    )
+    return subprocess.run(
+        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=base,
+        timeout=timeout,
+    )
+
+
 class Fleet:
     """Three fake servers, an inventory and an ansible.cfg; the plays, each run once, in order."""
 
@@ -110,21 +134,9 @@ class Fleet:
         }
 
     def play(self, *args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(
-            ANSIBLE_CONFIG=str(self.cfg),
-            ANSIBLE_HOME=str(self.base / "ansible-home"),
-            ANSIBLE_ASYNC_DIR=str(self.base / "ansible-async"),
-            ANSIBLE_NOCOLOR="1",
-            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
-        )
-        return subprocess.run(
-            [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=self.base,
-            timeout=600,
+        async_dir = str(self.base / "ansible-async")
+        return run_playbook(
+            self.base, self.cfg, self.inventory, *args, timeout=600, ANSIBLE_ASYNC_DIR=async_dir
         )
 
     def _once(self, name: str, *args: str) -> subprocess.CompletedProcess:

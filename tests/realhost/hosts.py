@@ -4,7 +4,6 @@ harness's) laid out for an engine that runs in one, and what an operator's sessi
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -115,20 +114,6 @@ class Playbook:
         )
 
     def run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        from tests.test_ansible import PLAYBOOK, ansible_playbook  # skips without ansible
+        from tests.test_ansible import run_playbook  # skips without ansible
 
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(
-            ANSIBLE_CONFIG=str(self.cfg),
-            ANSIBLE_HOME=str(self.base / "ansible-home"),
-            ANSIBLE_NOCOLOR="1",
-            ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
-        )
-        return subprocess.run(
-            [ansible_playbook(), "-i", str(self.inventory), str(PLAYBOOK), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=self.base,
-            timeout=timeout,
-        )
+        return run_playbook(self.base, self.cfg, self.inventory, *args, timeout=timeout)
