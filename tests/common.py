@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,3 +25,33 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         cwd=REPO,
         timeout=120,
     )
+
+
+NOBODY = 65534
+
+
+def as_a_user(work: Callable[[], str]) -> str:
+    """`work()` in a child process that is not root (root drops to nobody; a user already is
+    one), and what it returned."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                # This interpreter may live under /root (pyenv), unreadable to nobody: load
+                # the codecs the work uses before dropping privileges (an installed mlsetup,
+                # /opt/mlsetup, has no such problem).
+                for codec in ("ascii", "utf-8", "latin-1"):
+                    codecs.lookup(codec)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            os.write(write, work().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return text

@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import tomllib
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -40,6 +41,17 @@ from packaging.utils import (
 ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "pypi-record.zip"
 STACKS = Path(__file__).resolve().parent / "fixtures" / "pypi_stacks.toml"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+def recorded_stack(name: str) -> list[str]:
+    """The packages of a stack the copy was recorded for (its entry in pypi_stacks.toml)."""
+    stacks = tomllib.loads(STACKS.read_text())["stack"]
+    return next(list(s["packages"]) for s in stacks if s["name"] == name)
+
+
+# The forty everyday packages, as `torch.packages` names them: the recording lists torch last
+# (what plain `uv pip compile` was given), mlsetup adds torch itself.
+FORTY = [p for p in recorded_stack("forty") if p != "torch"]
 
 # What a resolution for mlsetup's targets can use: Linux on x86_64 or aarch64, CPython 3.10 and
 # newer (and abi3 wheels built for older ones), pure-Python wheels. The rest of a project's files

@@ -10,7 +10,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from steps.answers import Answers
@@ -21,32 +20,8 @@ from steps.plan import Action
 from steps.planner import make_plan
 from steps.rootfs import RootFS
 from steps.runner import Runner
-from tests.common import MACHINES
+from tests.common import MACHINES, NOBODY, as_a_user
 from tests.harness import FakeServer
-
-NOBODY = 65534
-
-
-def as_a_user(work: Callable[[], str]) -> str:
-    """`work()` in a child process that is not root (root drops to nobody; a user already is
-    one), and what it returned."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            os.write(write, work().encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    return text
 
 
 def test_a_command_of_no_account_runs_with_the_home_of_the_account_running_mlsetup():

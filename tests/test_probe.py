@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ import pytest
 from steps.facts import Facts, facts_from_json
 from steps.probe import NVML_SNAPSHOT_ENV, probe
 from steps.rootfs import RootFS
-from tests.common import FIXTURES, run_cli
+from tests.common import FIXTURES, as_a_user, run_cli
 from tests.fakemachine import FakeMachine
 
 H200_NVML = FIXTURES / "h200-nvml.json"  # NVML as read on the real H200 server
@@ -171,28 +170,8 @@ def test_this_machine_gives_valid_facts_through_the_cli():
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to drop to another account")
 def test_this_machine_as_a_non_root_user():
-    """Fork, drop to nobody, probe: nothing needs root (efivars and NVML may be unreadable)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(read)
-        try:
-            # This interpreter may live under /root (pyenv), unreadable to nobody: load the
-            # codecs the probe uses before dropping privileges. An installed mlsetup
-            # (/opt/mlsetup) has no such problem.
-            for codec in ("ascii", "utf-8", "latin-1"):
-                codecs.lookup(codec)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            text = probe(RootFS(), env={}).facts.to_json()
-            os.write(write, text.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
+    """Drop to nobody, probe: nothing needs root (efivars and NVML may be unreadable)."""
+    text = as_a_user(lambda: probe(RootFS(), env={}).facts.to_json())
     facts = facts_from_json(text, "child")
     assert facts.user is None or facts.user.uid == 65534
     assert facts.memory.total_bytes

@@ -20,20 +20,12 @@ import pytest
 
 from tests.common import MACHINES
 from tests.harness import FakeServer
-from tests.recorded_pypi import ProxyTrap, RecordedIndex
+from tests.recorded_pypi import FORTY, ProxyTrap, RecordedIndex
 from tests.test_stack import setup, started, toolkits
 
 RTX = MACHINES / "rtx-pro-6000-ubuntu2404.json"  # compute capability 12.0, driver 590, Py 3.12
 UBUNTU_2204 = MACHINES / "fresh-h100x8-ubuntu2204.json"  # Python 3.10, no driver yet
 GPU_LESS = MACHINES / "gpu-less-debian12.json"  # Python 3.11, no NVIDIA GPU
-FORTY = [
-    "vllm", "transformers", "accelerate", "datasets", "bitsandbytes", "peft", "trl", "deepspeed",
-    "evaluate", "sentencepiece", "tokenizers", "safetensors", "einops", "wandb", "tensorboard",
-    "scipy", "scikit-learn", "pandas", "numpy", "matplotlib", "jupyterlab", "ipykernel", "timm",
-    "open_clip_torch", "torchmetrics", "lightning", "hydra-core", "omegaconf",
-    "sentence-transformers", "diffusers", "liger-kernel", "onnx", "optimum", "lm-eval", "rich",
-    "tqdm", "gradio", "huggingface-hub", "protobuf", "torchvision",
-]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

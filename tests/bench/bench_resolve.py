@@ -35,18 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.recorded_pypi import RecordedIndex  # noqa: E402
+from tests.recorded_pypi import FORTY, RecordedIndex  # noqa: E402
 
 MACHINES = REPO / "assets" / "machines"
 RTX = MACHINES / "rtx-pro-6000-ubuntu2404.json"
-FORTY = [
-    "vllm", "transformers", "accelerate", "datasets", "bitsandbytes", "peft", "trl", "deepspeed",
-    "evaluate", "sentencepiece", "tokenizers", "safetensors", "einops", "wandb", "tensorboard",
-    "scipy", "scikit-learn", "pandas", "numpy", "matplotlib", "jupyterlab", "ipykernel", "timm",
-    "open_clip_torch", "torchmetrics", "lightning", "hydra-core", "omegaconf",
-    "sentence-transformers", "diffusers", "liger-kernel", "onnx", "optimum", "lm-eval", "rich",
-    "tqdm", "gradio", "huggingface-hub", "protobuf", "torchvision",
-]  # fmt: skip
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.M)
 
 
