@@ -29,7 +29,6 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-import tomllib
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -38,6 +37,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
+from steps.inputs import parse_toml
+
 ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "pypi-record.zip"
 STACKS = Path(__file__).resolve().parent / "fixtures" / "pypi_stacks.toml"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -45,7 +46,7 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 def recorded_stack(name: str) -> list[str]:
     """The packages of a stack the copy was recorded for (its entry in pypi_stacks.toml)."""
-    stacks = tomllib.loads(STACKS.read_text())["stack"]
+    stacks = parse_toml(STACKS.read_text(), str(STACKS))["stack"]
     return next(list(s["packages"]) for s in stacks if s["name"] == name)
 
 
