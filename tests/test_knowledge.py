@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from steps import tables
+from steps.errors import InputError
 from steps.knowledge import ASSETS_DIR, knowledge
 from tests.common import MACHINES, REPO, run_cli
 
@@ -303,3 +305,33 @@ def test_engine_never_imports_textual():
                     else [a.name for a in node.names]
                 )
                 assert not any((n or "").split(".")[0] in ("textual", "app") for n in names), path
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "named"),
+    [
+        ("torch.toml", lambda t: t["release"][0].update(builds=["cu999"]), "'cu999' has no"),
+        ("torch.toml", lambda t: t["release"][1].update(pythons="3.12"), "release[1].pythons"),
+        ("cuda.toml", lambda t: t["release"][2].pop("min_driver"), "release[2].min_driver"),
+        ("cuda.toml", lambda t: t.update(install_mib=True), "install_mib = true"),
+        ("gpus.toml", lambda t: t["device"].update({"0x2330": ["H", "9"]}), '0x2330[1] = "9"'),
+        ("driver.toml", lambda t: t.update(recomended_branch=580), "recomended_branch: unknown"),
+        ("nvidia_repo.toml", lambda t: t["driver_package"].pop("pin"), "driver_package.pin"),
+        ("pythons.toml", lambda t: t["python"][0].update(version="3"), 'python[0].version = "3"'),
+    ],
+)
+def test_a_malformed_knowledge_table_is_refused_naming_the_key(name, change, named):
+    model = {
+        "torch.toml": tables.TorchTable,
+        "cuda.toml": tables.CudaTable,
+        "gpus.toml": tables.GpusTable,
+        "driver.toml": tables.DriverTable,
+        "nvidia_repo.toml": tables.NvidiaRepoTable,
+        "pythons.toml": tables.PythonsTable,
+    }[name]
+    table = tables.tomllib.loads((ASSETS_DIR / name).read_text())
+    tables.parse_table(table, model, f"assets/{name}")  # as shipped: valid
+    change(table)
+    with pytest.raises(InputError) as exc:
+        tables.parse_table(table, model, f"assets/{name}")
+    assert str(exc.value).startswith(f"assets/{name}: ") and named in str(exc.value), exc.value
