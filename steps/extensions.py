@@ -76,7 +76,7 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     # none is published for this CUDA major, or the answers say build: compile, never guess.
     cuda_major = (choices.cuda or "").split(".")[0]
     if target.answer.source == "build" or cuda_major not in recipe.prebuilt_cuda_majors:
-        env[recipe.force_build_variable] = "TRUE"  # the projects honour only the exact "TRUE"
+        env[recipe.force_build_variable] = recipe.force_build_value
     return env
 
 

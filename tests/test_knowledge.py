@@ -213,6 +213,18 @@ BAD_RECIPES = {
         "text matching",
     ),
     "bad-requirement": ('requirement = "-e /tmp/x"', "flash-attn.requirement", "allowed"),
+    # the build would set env[""] = "TRUE"
+    "no-force-switch": ('force_build_variable = ""', "flash-attn.force_build_variable", 'not ""'),
+    "force-value-flag": (
+        'force_build_value = "1 --x"',
+        "flash-attn.force_build_value",
+        "text matching",
+    ),
+    "measured-typo": (
+        'measured_build = { minutes = 3.0, jobs = 4, peak = 1.0, source = "x" }',
+        "flash-attn.measured_build.peak",
+        "unknown key",
+    ),
     "bad-variant": (
         '[[flash-attn.variant]]\nversions = "not a spec"',
         "flash-attn.variant[1].versions",
@@ -283,6 +295,26 @@ def test_an_operator_recipe_is_used_and_a_missing_named_directory_is_an_error(tm
     )
     assert run.returncode == 2 and "MLSETUP_EXTENSIONS_DIR" in run.stderr
     assert "an existing directory" in run.stderr
+
+
+def test_a_recipe_names_its_own_force_switch_and_value(tmp_path):
+    # xformers' setup.py compiles its CUDA code only with FORCE_CUDA=1 (not "TRUE")
+    mine = GOOD.replace("[flash-attn]", "[my-attn]").split("\n[[")[0]
+    mine = mine.replace('"FLASH_ATTENTION_FORCE_BUILD"', '"FORCE_CUDA"\nforce_build_value = "1"')
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[[extensions]]\nname = "my-attn"\nversion = "2.8.3"\n')
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mine.toml").write_text(mine)
+    run = run_cli(
+        "plan",
+        "--facts",
+        str(MACHINES / "h200-ubuntu2404.json"),  # CUDA 13: no cu13 wheel listed, so forced
+        "--answers",
+        str(answers),
+        env={"MLSETUP_EXTENSIONS_DIR": str(tmp_path / "recipes")},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "FORCE_CUDA=1" in run.stdout and "=TRUE" not in run.stdout, run.stdout
 
 
 def test_engine_never_imports_textual():
