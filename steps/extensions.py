@@ -99,7 +99,7 @@ def usable_keys(
     target: BuildTarget, choices: Choices, venv: VenvState | None
 ) -> list[tuple[str, str]]:
     """(builder, key) of each wheel this venv may get, in order: the one its owner built, then
-    the one root built (DESIGN.md, "Trust": never another account's)."""
+    the one root built (docs/design.md, "Trust": never another account's)."""
     builders = dict.fromkeys([choices.owner.name, "root"])
     return [(b, k) for b in builders if (k := target_key(target, venv, b)) is not None]
 

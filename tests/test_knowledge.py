@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -367,3 +368,22 @@ def test_a_malformed_knowledge_table_is_refused_naming_the_key(name, change, nam
     with pytest.raises(InputError) as exc:
         tables.parse_table(table, model, f"assets/{name}")
     assert str(exc.value).startswith(f"assets/{name}: ") and named in str(exc.value), exc.value
+
+
+def test_the_code_cites_the_design_in_the_repository_by_sections_it_has():
+    design = (REPO / "docs" / "design.md").read_text()
+    sections = {line[3:].strip() for line in design.splitlines() if line.startswith("## ")}
+    outside = "DESIGN" + ".md"  # the shared design notes' name (not in the repository)
+    cited = []
+    for path in REPO.glob("**/*"):
+        parts = path.relative_to(REPO).parts
+        if parts[0].startswith(".") or "__pycache__" in parts or path.name == "CHANGELOG.md":
+            continue  # the changelog tells history, the notes outside included
+        if not path.is_file() or path.suffix not in {".py", ".toml", ".md", ".sh"}:
+            continue
+        text = path.read_text(errors="replace")
+        assert outside not in text, f"{path}: cites a {outside} outside the repository"
+        for section in re.findall(r'docs/design\.md,\s+"([^"]+)"', text):
+            cited.append(section)
+            assert section in sections, f"{path}: docs/design.md has no section {section!r}"
+    assert "Trust" in cited

@@ -44,6 +44,7 @@ def run(responses, capsys) -> tuple[int, list[str]]:
 
 def test_the_assets_agree_with_pypi_as_recorded(capsys):
     code, out = run(recorded(), capsys)
+    # a new recipe's package: python tools/refresh_knowledge.py --record tests/fixtures/pypi
     assert code == 0, out
     assert out == [out[0]] and "agree with PyPI" in out[0]
 
