@@ -88,9 +88,6 @@ class CudaKnowledge:
     def driver_runs_natively(driver_cuda_max: str | None, cuda: str) -> bool:
         return bool(driver_cuda_max and Version(driver_cuda_max) >= Version(cuda))
 
-    def min_cuda_for(self, compute_capability: str) -> str | None:
-        return self.min_cuda_for_compute_capability.get(compute_capability)
-
 
 @dataclass(frozen=True)
 class GpuModel:

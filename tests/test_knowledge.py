@@ -79,7 +79,8 @@ def test_cuda_tables_are_consistent():
     k = knowledge().cuda
     assert k.major_min_driver["13"].startswith("580")
     assert k.release("12.8").min_driver.startswith("570")
-    assert k.min_cuda_for("12.0") == "12.8" and k.min_cuda_for("10.0") == "12.8"
+    assert k.min_cuda_for_compute_capability["12.0"] == "12.8"
+    assert k.min_cuda_for_compute_capability["10.0"] == "12.8"
     assert k.newest_supported_by_driver("580.159.04") == "13.0"
     assert k.newest_supported_by_driver("590.48.01") == "13.1"
     assert k.driver_runs("580.159.04", "13.0", "13.2")  # minor-version compatibility
