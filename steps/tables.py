@@ -22,6 +22,7 @@ from pydantic import (
     Strict,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -154,6 +155,9 @@ class PythonsTable(Table):
     python: list[PythonRow] = Field(min_length=1)
 
 
+FILLED = ("log", "answers", "apply_answers")  # what steps.diagnose.fill puts in a signature's text
+
+
 class SignatureRow(Table):
     """One failure signature: its regular expression(s), what it means, the next command, and
     the real output lines it was written from (tests/test_diagnose.py matches each)."""
@@ -175,6 +179,21 @@ class SignatureRow(Table):
             except re.error as exc:
                 raise ValueError(f"allowed: a Python regular expression ({exc})") from None
         return v
+
+    @field_validator("why", "next")
+    @classmethod
+    def _placeholders(cls, text: str, info: ValidationInfo) -> str:
+        pattern = info.data.get("pattern")  # absent: it was refused itself
+        forms = [pattern] if isinstance(pattern, str) else pattern or []
+        groups = min((re.compile(form).groups for form in forms), default=0)
+        for name in re.findall(r"\{([^{}]*)\}", text):
+            if name not in FILLED and not (name.isdigit() and 1 <= int(name) <= groups):
+                raise ValueError(
+                    f"{{{name}}} is filled by nothing (allowed: "
+                    f"{', '.join('{' + f + '}' for f in FILLED)}"
+                    + (f", or {{1}}..{{{groups}}}, the pattern's groups)" if groups else ")")
+                )
+        return text
 
     @property
     def patterns(self) -> list[str]:

@@ -65,6 +65,8 @@ GOOD = {"id": "x-y", "pattern": "boom", "why": "w", "next": "n", "examples": ["b
         ({"nxt": "typo"}, "signature[1].nxt: unknown key"),
         ({"why": None}, "signature[1].why"),
         ({"id": "x-y"}, "'x-y' is used twice"),
+        ({"next": "run {1}"}, 'signature[1].next = "run {1}": {1} is filled by nothing'),
+        ({"why": "see {logfile}"}, "signature[1].why"),
     ],
 )
 def test_a_malformed_signature_is_refused_naming_the_key(change, named):
