@@ -108,10 +108,10 @@ def test_a_series_gone_from_pypi_and_changed_requires_python(capsys):
 
 @pytest.fixture
 def my_recipe(tmp_path, monkeypatch):
-    """An operator's recipe for a package with no recorded answer (xformers, checked 0.0.35)."""
+    """An operator's recipe for a package with no recorded answer (checked against 0.0.35)."""
     flash = (ASSETS_DIR / "extensions.toml").read_text().split("[causal-conv1d]")[0]
-    mine = flash.split("\n[[")[0].replace("[flash-attn]", "[my-xformers]")
-    mine = mine.replace('package = "flash-attn"', 'package = "xformers"')
+    mine = flash.split("\n[[")[0].replace("[flash-attn]", "[my-ext]")
+    mine = mine.replace('package = "flash-attn"', 'package = "unrecorded-ext"')
     mine = mine.replace('checked = "2.8.3.post2"', 'checked = "0.0.35"')
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "mine.toml").write_text(mine)
@@ -137,40 +137,44 @@ def test_a_package_without_a_recorded_answer_is_a_finding_and_record_writes_it(
     code, out = run(recorded(), capsys)  # PyPI (as recorded) has no such project: a 404
     assert code == 1
     assert out == [
-        f"my-xformers: PyPI has no project at {PYPI}/pypi/xformers/json (404): is the recipe's "
-        "package = 'xformers' right?"
+        f"my-ext: PyPI has no project at {PYPI}/pypi/unrecorded-ext/json (404): is the recipe's "
+        "package = 'unrecorded-ext' right?"
     ]
     answers = tmp_path / "answers"
     shutil.copytree(RECORDED, answers)
     responses = recorded()
-    responses["xformers"] = {
+    responses["unrecorded-ext"] = {
         "info": {
-            "name": "xformers",
+            "name": "unrecorded-ext",
             "requires_python": ">=3.9",
             "version": "0.0.35",
             "summary": "not read",
         },
         "releases": {
             "0.0.35": [
-                _file("xformers-0.0.35.tar.gz", digests={"sha256": "0" * 64}),
-                _file("xformers-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl"),
-                _file("xformers-0.0.35-cp39-abi3-win_amd64.whl"),
+                _file("unrecorded-ext-0.0.35.tar.gz", digests={"sha256": "0" * 64}),
+                _file("unrecorded-ext-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl"),
+                _file("unrecorded-ext-0.0.35-cp39-abi3-win_amd64.whl"),
             ]
         },
     }
     code = refresh_knowledge.main(
         ["--pypi", PYPI, "--record", str(answers)], fetch=fetcher(responses)
     )
-    assert capsys.readouterr().out.splitlines()[0] == f"recorded {answers / 'xformers.json'}"
+    assert capsys.readouterr().out.splitlines()[0] == f"recorded {answers / 'unrecorded-ext.json'}"
     assert code == 0
     assert sorted(p.name for p in answers.iterdir()) == sorted(
-        [*(p.name for p in RECORDED.iterdir()), "xformers.json"]
+        [*(p.name for p in RECORDED.iterdir()), "unrecorded-ext.json"]
     )
-    mine = recorded(answers)["xformers"]
-    assert mine["info"] == {"name": "xformers", "requires_python": ">=3.9", "version": "0.0.35"}
+    mine = recorded(answers)["unrecorded-ext"]
+    assert mine["info"] == {
+        "name": "unrecorded-ext",
+        "requires_python": ">=3.9",
+        "version": "0.0.35",
+    }
     assert [f["filename"] for f in mine["releases"]["0.0.35"]] == [
-        "xformers-0.0.35.tar.gz",
-        "xformers-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl",
+        "unrecorded-ext-0.0.35.tar.gz",
+        "unrecorded-ext-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl",
     ]
     assert set(mine["releases"]["0.0.35"][0]) == set(refresh_knowledge.FILE_FIELDS)
     for p in RECORDED.iterdir():  # the recorded answers stay as they were
