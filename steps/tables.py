@@ -155,6 +155,8 @@ class PythonsTable(Table):
     python: list[PythonRow] = Field(min_length=1)
 
 
+# What steps.diagnose names itself: a killed compile's exit status, mlsetup's own full disk
+NAMED_SIGNATURES = ("out-of-memory", "no-space")
 FILLED = ("log", "answers", "apply_answers")  # what steps.diagnose.fill puts in a signature's text
 
 
@@ -210,6 +212,8 @@ class DiagnosesTable(Table):
             if row.id in seen:
                 raise ValueError(f"signature[{i}].id: {row.id!r} is used twice (allowed: unique)")
             seen.add(row.id)
+        if missing := [i for i in NAMED_SIGNATURES if i not in seen]:
+            raise ValueError(f"no signature {', '.join(missing)} (steps/diagnose.py uses it)")
         return self
 
 

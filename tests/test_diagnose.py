@@ -71,10 +71,20 @@ GOOD = {"id": "x-y", "pattern": "boom", "why": "w", "next": "n", "examples": ["b
 )
 def test_a_malformed_signature_is_refused_naming_the_key(change, named):
     bad = {k: v for k, v in {**GOOD, "id": "other", **change}.items() if v is not None}
+    named_here = [{**GOOD, "id": i} for i in ("out-of-memory", "no-space")]
     with pytest.raises(InputError) as exc:
-        parse_table({"signature": [GOOD, bad]}, DiagnosesTable, "assets/diagnoses.toml")
+        parse_table(
+            {"signature": [GOOD, bad, *named_here]}, DiagnosesTable, "assets/diagnoses.toml"
+        )
     assert str(exc.value).startswith("assets/diagnoses.toml: ")
     assert named in str(exc.value), str(exc.value)
+
+
+def test_the_signatures_the_code_names_are_required():
+    table = {"signature": [{**GOOD, "id": "out-of-memory"}]}
+    with pytest.raises(InputError) as exc:
+        parse_table(table, DiagnosesTable, "assets/diagnoses.toml")
+    assert "no signature no-space (steps/diagnose.py uses it)" in str(exc.value)
 
 
 def test_undefined_symbol_names_the_module_and_symbol():
