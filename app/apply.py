@@ -17,6 +17,7 @@ from steps.choices import check_on_machine, choose
 from steps.diagnose import answers_command
 from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
+from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.facts import load_facts
 from steps.paths import Paths
 from steps.probe import probe
@@ -112,7 +113,7 @@ def apply(args: argparse.Namespace) -> int:
     # engine of the same start that took it).
     if args.ticket is not None and not take_handover(fs, args.ticket):
         sys.stderr.write(f"mlsetup: start {args.ticket[:8]} is already running elsewhere\n")
-        return 0
+        return EXIT_OK
     # ... and the apply lock its starter took for it (None: it takes the lock itself).
     lock_fd = take_lock(fs, args.ticket) if args.ticket is not None else None
     request = _request(args, fs)
@@ -178,7 +179,7 @@ def _view(fs: RootFS, ticket: str | None, then: Callable[[], str] = lambda: RESU
     if follower.finished is not None:
         return follower.finished.code
     sys.stderr.write(f"mlsetup: {follower.lost()}\n")
-    return 1
+    return EXIT_FAILED
 
 
 def attach(fs: RootFS) -> int:
@@ -188,5 +189,5 @@ def attach(fs: RootFS) -> int:
         if not os.access(paths.log_dir.parent, os.R_OK) or os.geteuid() != 0:
             raise NeedsRootError("the setup's logs are root-only: sudo mlsetup attach")
         sys.stderr.write("mlsetup: no apply has run on this machine yet\n")
-        return 1
+        return EXIT_FAILED
     return _view(fs, None)

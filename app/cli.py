@@ -1,4 +1,4 @@
-"""`mlsetup` command line. Exit codes are a contract (see README):
+"""`mlsetup` command line. Exit codes are a contract (steps/exitcodes.py, the README):
 0 done · 1 a step failed · 2 invalid input · 3 needs root · 4 another apply is running ·
 10 paused for a reboot.
 """
@@ -14,15 +14,13 @@ from typing import NoReturn
 
 from steps.answers import Answers, load_answers
 from steps.errors import InputError, MlsetupError, input_kind, refusal
+from steps.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, MEANINGS
 from steps.facts import Facts, load_facts
 from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
 from steps.planner import make_plan, observe_and_plan
 from steps.rootfs import RootFS
 from steps.settings import settings
-
-EXIT_INPUT = 2
-EXIT_BROKEN_PIPE = 128 + 13  # as a shell reports a command that SIGPIPE ended
 
 # The options that mean the same before or after the subcommand, with their defaults. They are
 # declared once, with no default (SUPPRESS), on the top-level parser and on every subparser:
@@ -86,8 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Take an Ubuntu/Debian GPU server to a working ML stack: NVIDIA driver, "
         "CUDA toolkit(s), a PyTorch venv, CUDA extensions such as flash-attn. "
         "Without a command: the wizard.",
-        epilog="exit codes: 0 done, 1 a step failed, 2 invalid input, 3 needs root, "
-        "4 another apply is running, 10 paused for a reboot",
+        epilog="exit codes: " + ", ".join(f"{code} {what}" for code, what in MEANINGS.items()),
     )
     p.add_argument("--version", action="version", version=f"mlsetup {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -202,7 +199,7 @@ def _lock(args: argparse.Namespace, answers: Answers) -> int:
             f"{lock.platform}{decided}; {len(lock.packages)} packages pinned with hashes, from "
             f"{lock.index}{sources}"
         )
-    return 0
+    return EXIT_OK
 
 
 def run(argv: list[str]) -> int:
@@ -220,12 +217,12 @@ def run(argv: list[str]) -> int:
         sys.stdout.write(
             result.facts.to_json() if args.json else facts_text(result.facts, result.notes)
         )
-        return 0
+        return EXIT_OK
     if args.command == "answers":
         if not args.schema:
             _parser().parse_args(["answers", "--help"])  # prints the help, exits 0
         print(json.dumps(Answers.model_json_schema(), indent=2))
-        return 0
+        return EXIT_OK
     if args.command == "apply":
         from app.apply import apply
 
@@ -247,7 +244,7 @@ def run(argv: list[str]) -> int:
         sys.stdout.write(plan.to_json())
     else:
         sys.stdout.write(facts_text(facts, warnings=False) + "\n" + plan_text(plan))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -265,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mlsetup: {refusal(exc)}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`mlsetup answers --schema | head -1`): nothing left to say to
         # it. Point stdout at /dev/null so that the interpreter's last flush is quiet too.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, naming
+from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, Fault, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
@@ -66,15 +66,17 @@ class ActionRunner:
         self._record_end(step, action, record, result)
         if result.exit_code != 0:
             self.run.fail(
-                step,
-                action,
-                result.exit_code,
-                log_path,
-                what=f"{action.id} failed (exit {result.exit_code})",
-                diagnosis=diagnose(
-                    result.tail, result.exit_code, str(log_path), self.run.req.answers_path
-                ),
-                tail=result.tail,
+                Fault(
+                    step,
+                    f"{action.id} failed (exit {result.exit_code})",
+                    action=action,
+                    exit_code=result.exit_code,
+                    log=log_path,
+                    diagnosis=diagnose(
+                        result.tail, result.exit_code, str(log_path), self.run.req.answers_path
+                    ),
+                    tail=result.tail,
+                )
             )
         self.run.outcome.changed = True
         self.run.outcome.ran.append(action.id)
@@ -150,10 +152,10 @@ class ActionRunner:
                     raise
                 raise naming(exc, log_path) from exc
             record.status, record.ended = "failed", time.time()
-            self.run.fail(step, action, None, log_path, what=f"{action.id}: {exc}", diagnosis=None)
+            self.run.fail(Fault(step, f"{action.id}: {exc}", action=action, log=log_path))
         except RunnerError as exc:
             record.status, record.ended = "failed", time.time()
-            self.run.fail(step, action, None, log_path, what=str(exc), diagnosis=None)
+            self.run.fail(Fault(step, str(exc), action=action, log=log_path))
 
     def _record_end(self, step: str, action: Action, record: ActionRecord, result: Result) -> None:
         record.status = "done" if result.exit_code == 0 else "failed"
@@ -218,49 +220,52 @@ class ActionRunner:
         while _same_process(record) is not None:
             if time.monotonic() > deadline:
                 self.run.fail(
-                    record.step,
-                    action,
-                    None,
-                    Path(record.log),
-                    what=f"{action.id} of the interrupted run (pid {pid}) was still running "
-                    f"after {limit:.0f}s",
-                    diagnosis=Diagnosis(
-                        "interrupted-still-running",
-                        "The run was interrupted while this command ran, and the command went "
-                        "on without it; running it again beside it could break what it does.",
-                        f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
-                        f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}",
-                    ),
+                    Fault(
+                        record.step,
+                        f"{action.id} of the interrupted run (pid {pid}) was still running "
+                        f"after {limit:.0f}s",
+                        action=action,
+                        log=Path(record.log),
+                        diagnosis=Diagnosis(
+                            "interrupted-still-running",
+                            "The run was interrupted while this command ran, and the command went "
+                            "on without it; running it again beside it could break what it does.",
+                            f"Wait for it to end (ps -o pid,etime,args -p {pid}), or end it "
+                            f"yourself (sudo kill {pid}); then: {RESUME_COMMAND}",
+                        ),
+                    )
                 )
             time.sleep(0.5)
 
     def _dpkg_ready(self, step: str, action: Action, log_path: Path) -> None:
         if dpkg_interrupted(self.run.fs):
             self.run.fail(
-                step,
-                action,
-                None,
-                log_path,
-                what="dpkg was interrupted earlier",
-                diagnosis=diagnose(
-                    ["dpkg was interrupted, you must manually run 'dpkg --configure -a'"],
-                    None,
-                    str(log_path),
-                ),
+                Fault(
+                    step,
+                    "dpkg was interrupted earlier",
+                    action=action,
+                    log=log_path,
+                    diagnosis=diagnose(
+                        ["dpkg was interrupted, you must manually run 'dpkg --configure -a'"],
+                        None,
+                        str(log_path),
+                    ),
+                )
             )
         timeout = self.run.req.dpkg_lock_timeout
         if not wait_for_dpkg(
             self.run.fs, timeout, lambda text: self.run.emit(Waiting(reason=text))
         ):
             self.run.fail(
-                step,
-                action,
-                None,
-                log_path,
-                what=f"the dpkg lock was still held after {timeout:.0f}s",
-                diagnosis=diagnose(
-                    ["Could not get lock /var/lib/dpkg/lock-frontend"], None, str(log_path)
-                ),
+                Fault(
+                    step,
+                    f"the dpkg lock was still held after {timeout:.0f}s",
+                    action=action,
+                    log=log_path,
+                    diagnosis=diagnose(
+                        ["Could not get lock /var/lib/dpkg/lock-frontend"], None, str(log_path)
+                    ),
+                )
             )
 
 

@@ -31,7 +31,7 @@ from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
 from steps.units import GiB, MiB
 
-# Every value below that becomes an argv element or a path is checked here, once (DESIGN.md,
+# Every value below that becomes an argv element or a path is checked here, once (docs/design.md,
 # "Trust"). Patterns use [0-9], never \d: fullwidth digits are digits to Python, not to uv.
 _MEMORY = re.compile(
     r"(?:([0-9]{1,3}(?:\.[0-9]{1,3})?)%|([0-9]{1,7}(?:\.[0-9]{1,3})?)\s*(GiB|MiB))"

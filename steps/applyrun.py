@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +18,7 @@ from steps.answers import Answers
 from steps.choices import Choices
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.events import EventSink
+from steps.exitcodes import EXIT_FAILED
 from steps.facts import Facts, load_facts
 from steps.lock import Lock
 from steps.paths import Paths
@@ -28,7 +29,6 @@ from steps.rootfs import RootFS
 from steps.runner import Runner
 from steps.state import State, peek_state, save_state
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -70,6 +70,23 @@ class ApplyRequest:
     lock_fd: int | None = None  # the apply lock its starter took for it (steps.service)
     # How long a command of an interrupted run (other than a build) is waited for.
     interrupted_wait: float = INTERRUPTED_WAIT
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What went wrong, as the code that saw it knows it: the step, what it says happened,
+    and whatever it has of the action, its exit status, log, output and diagnosis.
+    `ApplyRun.fail` turns it into the report's failure; `code` is the run's exit code (2 where
+    the input, not the machine, is at fault and nothing ran)."""
+
+    step: str
+    what: str
+    action: Action | None = None
+    exit_code: int | None = None
+    log: Path | None = None
+    diagnosis: Diagnosis | None = None
+    tail: Sequence[str] = ()
+    code: int = EXIT_FAILED
 
 
 class Stopped(Exception):
@@ -119,43 +136,32 @@ class ApplyRun:
             return load_facts(self.req.facts_file)
         return probe(self.fs).facts
 
-    def fail(
-        self,
-        step: str,
-        action: Action | None,
-        exit_code: int | None,
-        log_path: Path | None,
-        what: str,
-        diagnosis: Diagnosis | None,
-        tail: list[str] | None = None,
-        code: int = EXIT_FAILED,
-    ) -> NoReturn:
-        why = diagnosis.why if diagnosis else "mlsetup does not recognise this failure."
-        nxt = diagnosis.next if diagnosis else self._next(log_path)
+    def fail(self, fault: Fault) -> NoReturn:
+        diagnosis, log_path, tail = fault.diagnosis, fault.log, list(fault.tail)
         self.outcome.failure = Failure(
-            step=step,
-            action=action.id if action else None,
-            exit_code=exit_code,
+            step=fault.step,
+            action=fault.action.id if fault.action else None,
+            exit_code=fault.exit_code,
             log=str(log_path) if log_path else None,
-            what=what,
-            why=why,
-            next=nxt,
+            what=fault.what,
+            why=diagnosis.why if diagnosis else "mlsetup does not recognise this failure.",
+            next=diagnosis.next if diagnosis else self._next(log_path),
             diagnosis=diagnosis.id if diagnosis else None,
-            last_output=(tail or [])[-20:],
-            url=failed_url(tail or [], action.argv if action else None),
+            last_output=tail[-20:],
+            url=failed_url(tail, fault.action.argv if fault.action else None),
         )
         self.emit(self.outcome.failure.event())
         log.info(
             "failed in %s (action %s, exit %s): %s; diagnosis %s",
-            step,
+            fault.step,
             self.outcome.failure.action,
-            exit_code,
-            what,
+            fault.exit_code,
+            fault.what,
             self.outcome.failure.diagnosis,
         )
         if self.state is not None:
             self.state.phase = "failed"
-        raise Stopped(code, what)
+        raise Stopped(fault.code, fault.what)
 
     def _next(self, log_path: Path | None) -> str:
         """The next step of a failure no signature knows. `apply --answers FILE` goes on from

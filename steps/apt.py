@@ -11,6 +11,7 @@ from pathlib import Path
 
 from steps.facts import Facts
 from steps.knowledge import knowledge
+from steps.paths import CACHE_DIR
 from steps.plan import Action
 from steps.rootfs import RootFS
 
@@ -28,7 +29,6 @@ APT_INSTALL = [
     "-o",
     "Dpkg::Options::=--force-confold",
 ]
-CACHE_DIR = "/var/cache/mlsetup"
 DOWNLOAD_TOOLS = ("ca-certificates", "curl")  # the keyring's download (nvidia_repo_actions)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from steps.accounts import Account, account_by_uid, lookup_account
-from steps.applyrun import ApplyRun
+from steps.applyrun import ApplyRun, Fault
 from steps.buildtools import check_root_only, keep_ninja_log, ninja_path, tools_of
 from steps.choices import BuildTarget
 from steps.diagnose import diagnose
@@ -87,14 +87,7 @@ class ExtensionBuilds:
             finally:
                 os.close(build_fd)
         except OSError as exc:
-            self.run.fail(
-                "extensions",
-                None,
-                None,
-                None,
-                diagnosis=None,
-                what=f"refused to prepare the build tree: {exc}",
-            )
+            self.run.fail(Fault("extensions", f"refused to prepare the build tree: {exc}"))
         log.info(
             "build trees ready for %s, owned by %s",
             [t.answer.name for t in choices.build_targets],
@@ -125,14 +118,12 @@ class ExtensionBuilds:
             builder = owner.name if owner else "root"
             whose = f"{builder}'s or root's" if owner else "root's"
             self.run.fail(
-                "extensions",
-                None,
-                None,
-                None,
-                diagnosis=None,
-                what=f"refused to build {target.answer.name} as {builder} from {path}: "
-                f"{exc.filename} {exc.strerror}, and a build runs what its source says; make "
-                f"it {whose} alone ({exc.fix}), or build it as its owner (venv.user)",
+                Fault(
+                    "extensions",
+                    f"refused to build {target.answer.name} as {builder} from {path}: "
+                    f"{exc.filename} {exc.strerror}, and a build runs what its source says; "
+                    f"make it {whose} alone ({exc.fix}), or build it as its owner (venv.user)",
+                )
             )
         except OSError:
             return  # missing or unreadable: the build itself says so, in its log
@@ -303,7 +294,7 @@ class ExtensionBuilds:
                 extra_env={**governor.env(), **tools},
                 on_line=governor.feed_line,
                 on_start=govern,
-                end_leftovers=True,  # the step ends with its main process (DESIGN.md, "Trust")
+                end_leftovers=True,  # the step ends with its main process (docs/design.md, "Trust")
             )
 
     # -- the wheel ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 from functools import cache
 
-from steps.knowledge import load_asset
+from steps.tables import DiagnosesTable, load_table
 
 OOM_EXIT_CODES = (137, -9)
 
@@ -33,11 +33,10 @@ class _Signature:
 
 @cache
 def _signatures() -> tuple[_Signature, ...]:
-    out = []
-    for s in load_asset("diagnoses.toml")["signature"]:
-        forms = s["pattern"] if isinstance(s["pattern"], list) else [s["pattern"]]
-        out.append(_Signature(s["id"], tuple(map(re.compile, forms)), s["why"], s["next"]))
-    return tuple(out)
+    return tuple(
+        _Signature(s.id, tuple(map(re.compile, s.patterns)), s.why, s.next)
+        for s in load_table("diagnoses.toml", DiagnosesTable).signature
+    )
 
 
 def answers_command(answers: str | None) -> str:

@@ -28,12 +28,11 @@ import psutil
 from steps.actions import ActionRunner
 from steps.applylock import ApplyLock
 from steps.applyrun import (
-    EXIT_FAILED,
-    EXIT_OK,
     NO_SPACE,
     RESUME_COMMAND,
     ApplyRequest,
     ApplyRun,
+    Fault,
     Stopped,
     continue_command,
     naming,
@@ -55,6 +54,7 @@ from steps.events import (
     StepSatisfied,
     StepStarted,
 )
+from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.extensions import installs_wheel
 from steps.facts import Facts
 from steps.frozen import FrozenStack
@@ -283,7 +283,7 @@ class Engine:
                 continue
             probed = False
             if not step.actions:
-                self.apply_run.fail(step.name, None, None, None, what=step.reason, diagnosis=None)
+                self.apply_run.fail(Fault(step.name, step.reason))
             log.info("%s: pending (%s): %s", name, step.reason, [a.id for a in step.actions])
             self.emit(
                 StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
@@ -330,12 +330,10 @@ class Engine:
         log.info("%s: after its actions: %s (%s)", step.name, after.status, after.reason)
         if after.status != "satisfied":
             self.apply_run.fail(
-                step.name,
-                None,
-                None,
-                None,
-                diagnosis=None,
-                what=f"{step.name} is still not satisfied after its actions: {after.reason}",
+                Fault(
+                    step.name,
+                    f"{step.name} is still not satisfied after its actions: {after.reason}",
+                )
             )
 
     # -- the end ------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ from typing import Literal
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from steps.exitcodes import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_INPUT, EXIT_NEEDS_ROOT
+
 
 class MlsetupError(Exception):
     """Base for errors with a contract exit code."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 # Which input an exit 2 refused: the answers file, a facts file, the command line, the saved
@@ -27,7 +29,7 @@ class InputError(MlsetupError):
     """Invalid input: nothing was run (exit 2). `kind` says which input; the CLI prints it as
     a stable prefix (`refusal`), so that a script tells the answers from the rest."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
     def __init__(self, message: str, kind: InputKind = "input") -> None:
         super().__init__(message)
@@ -55,11 +57,11 @@ def refusal(exc: MlsetupError) -> str:
 
 
 class NeedsRootError(MlsetupError):
-    exit_code = 3
+    exit_code = EXIT_NEEDS_ROOT
 
 
 class AlreadyRunningError(MlsetupError):
-    exit_code = 4
+    exit_code = EXIT_ALREADY_RUNNING
 
 
 MAX_LISTED = 20  # problems listed per file: a generated file can have thousands

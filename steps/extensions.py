@@ -76,7 +76,7 @@ def build_env(target: BuildTarget, choices: Choices) -> dict[str, str]:
     # none is published for this CUDA major, or the answers say build: compile, never guess.
     cuda_major = (choices.cuda or "").split(".")[0]
     if target.answer.source == "build" or cuda_major not in recipe.prebuilt_cuda_majors:
-        env[recipe.force_build_variable] = "TRUE"  # the projects honour only the exact "TRUE"
+        env[recipe.force_build_variable] = recipe.force_build_value
     return env
 
 
@@ -99,7 +99,7 @@ def usable_keys(
     target: BuildTarget, choices: Choices, venv: VenvState | None
 ) -> list[tuple[str, str]]:
     """(builder, key) of each wheel this venv may get, in order: the one its owner built, then
-    the one root built (DESIGN.md, "Trust": never another account's)."""
+    the one root built (docs/design.md, "Trust": never another account's)."""
     builders = dict.fromkeys([choices.owner.name, "root"])
     return [(b, k) for b in builders if (k := target_key(target, venv, b)) is not None]
 

@@ -31,10 +31,11 @@ from packaging.version import InvalidVersion, Version
 
 from steps.accounts import lookup_account
 from steps.actions import ActionRunner
-from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
+from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
 from steps.choices import BuildTarget, Choices
 from steps.diagnose import Diagnosis
 from steps.events import Notice
+from steps.exitcodes import EXIT_INPUT
 from steps.extensions import (
     SOURCES,
     build_requirements,
@@ -261,17 +262,17 @@ class FrozenStack:
                 "Set the extension's version to a release its index has, then run the apply again.",
             )
         self.run.fail(
-            "extensions",
-            None,
-            result.exit_code if result else None,
-            None,
-            what=f"uv could not resolve the hashes of {', '.join(reqs)}: {said}",
-            diagnosis=Diagnosis(
-                "index-unreachable",
-                "uv could not reach the package index for the extensions' sources.",
-                "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
-                f"torch.index_url), then: {RESUME_COMMAND}",
-            ),
+            Fault(
+                "extensions",
+                f"uv could not resolve the hashes of {', '.join(reqs)}: {said}",
+                exit_code=result.exit_code if result else None,
+                diagnosis=Diagnosis(
+                    "index-unreachable",
+                    "uv could not reach the package index for the extensions' sources.",
+                    "Check the network, proxy and index settings (UV_DEFAULT_INDEX, "
+                    f"torch.index_url), then: {RESUME_COMMAND}",
+                ),
+            )
         )
 
     # -- reading the wheels -------------------------------------------------------------------
@@ -286,12 +287,11 @@ class FrozenStack:
         where, wheels = self._read(target, action, key)
         if not wheels:
             self.run.fail(
-                "extensions",
-                action,
-                None,
-                None,
-                what=f"no wheel of {target.recipe.package} {target.answer.version} in {where}",
-                diagnosis=None,
+                Fault(
+                    "extensions",
+                    f"no wheel of {target.recipe.package} {target.answer.version} in {where}",
+                    action=action,
+                )
             )
         stack, python = _stack(choices, venv)
         problems = {w.name: found for w in wheels if (found := unmet(w.requires, stack, python))}
@@ -342,12 +342,7 @@ class FrozenStack:
             )
         except OSError as exc:
             self.run.fail(
-                "extensions",
-                action,
-                None,
-                None,
-                what=f"refused to read {package}'s wheel: {exc}",
-                diagnosis=None,
+                Fault("extensions", f"refused to read {package}'s wheel: {exc}", action=action)
             )
         try:
             out = []
@@ -361,9 +356,7 @@ class FrozenStack:
                     continue
                 out.append(read_wheel(fd, name))
         except (OSError, WheelUnreadable) as exc:
-            self.run.fail(
-                "extensions", action, None, None, what=f"refused {where}: {exc}", diagnosis=None
-            )
+            self.run.fail(Fault("extensions", f"refused {where}: {exc}", action=action))
         finally:
             os.close(dir_fd)
         return where, out
@@ -411,18 +404,18 @@ class FrozenStack:
 
     def _refuse(self, action: Action | None, what: str, nxt: str) -> NoReturn:
         self.run.fail(
-            "extensions",
-            action,
-            None,
-            None,
-            what=what,
-            diagnosis=Diagnosis(
-                "outside-the-lock",
-                "Every install after the sync must fit the lock: torch, and everything built "
-                "against it, never moves.",
-                nxt,
-            ),
-            code=EXIT_INPUT,
+            Fault(
+                "extensions",
+                what,
+                action=action,
+                diagnosis=Diagnosis(
+                    "outside-the-lock",
+                    "Every install after the sync must fit the lock: torch, and everything built "
+                    "against it, never moves.",
+                    nxt,
+                ),
+                code=EXIT_INPUT,
+            )
         )
 
     def _shared_dir(self) -> None:

@@ -2,7 +2,7 @@
 
 A static `MAX_JOBS` must be sized for the moment every job is in the compiler front end at once:
 the real flash-attn 2.8.3 build (16 jobs, H200 server) peaked at 68 GiB in its first minute and
-then sat at 20-37 GiB (DESIGN.md). The governor instead decides, live, how many jobs run:
+then sat at 20-37 GiB (docs/design.md). The governor instead decides, live, how many jobs run:
 
 - It is a GNU make jobserver (`steps.jobserver`): the tokens it writes are a hard ceiling on how
   many jobs ninja (>= 1.13, run without `-j`) starts.

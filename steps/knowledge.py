@@ -7,7 +7,6 @@ gives them types. Nothing here decides anything.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -19,12 +18,16 @@ from packaging.version import Version
 from steps.errors import input_kind
 from steps.recipes import ExtensionRecipe, read_recipe_dir, read_recipe_file
 from steps.settings import settings
+from steps.tables import (
+    CudaTable,
+    DriverTable,
+    GpusTable,
+    NvidiaRepoTable,
+    PythonsTable,
+    TorchTable,
+    load_table,
+)
 from steps.units import MiB
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
-    import tomli as tomllib
 
 # The `assets` package wherever mlsetup is installed (wheel, sdist, editable). pip and uv never
 # install it zipped, so its resources are files on disk: the driver step hands one to `install`
@@ -32,12 +35,7 @@ else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
 ASSETS_DIR = Path(str(resources.files("assets")))
 
 
-__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "load_asset", "machine_root", "use_root"]
-
-
-def load_asset(name: str) -> dict:
-    with resources.files("assets").joinpath(name).open("rb") as f:
-        return tomllib.load(f)
+__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "machine_root", "use_root"]
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,6 @@ class CudaKnowledge:
     @staticmethod
     def driver_runs_natively(driver_cuda_max: str | None, cuda: str) -> bool:
         return bool(driver_cuda_max and Version(driver_cuda_max) >= Version(cuda))
-
-    def min_cuda_for(self, compute_capability: str) -> str | None:
-        return self.min_cuda_for_compute_capability.get(compute_capability)
 
 
 @dataclass(frozen=True)
@@ -263,50 +258,53 @@ def _recipes() -> dict[str, ExtensionRecipe]:
     return recipes
 
 
-def _driver(table: dict) -> DriverKnowledge:
-    return DriverKnowledge(
-        **{**table, "open_modules_required_devices": tuple(table["open_modules_required_devices"])}
-    )
-
-
 @cache
 def knowledge() -> Knowledge:
-    """All of assets/, typed. Loaded once per process."""
-    cuda = load_asset("cuda.toml")
-    torch = load_asset("torch.toml")
+    """All of assets/, typed and validated (steps.tables). Loaded once per process."""
+    cuda = load_table("cuda.toml", CudaTable)
+    torch = load_table("torch.toml", TorchTable)
+    driver = load_table("driver.toml", DriverTable)
+    repo = load_table("nvidia_repo.toml", NvidiaRepoTable)
     return Knowledge(
         cuda=CudaKnowledge(
-            releases=tuple(CudaRelease(**r) for r in cuda["release"]),
-            major_min_driver=cuda["major_min_driver"],
-            min_cuda_for_compute_capability=cuda["min_cuda_for_compute_capability"],
-            install_bytes=cuda["install_mib"] * MiB,
-            split_compile_min=cuda["split_compile_min"],
+            releases=tuple(CudaRelease(**r.model_dump()) for r in cuda.release),
+            major_min_driver=cuda.major_min_driver,
+            min_cuda_for_compute_capability=cuda.min_cuda_for_compute_capability,
+            install_bytes=cuda.install_mib * MiB,
+            split_compile_min=cuda.split_compile_min,
         ),
-        gpus={k: GpuModel(*v) for k, v in load_asset("gpus.toml")["device"].items()},
-        driver=_driver(load_asset("driver.toml")),
-        repo=NvidiaRepo(**load_asset("nvidia_repo.toml")),
+        gpus={k: GpuModel(*v) for k, v in load_table("gpus.toml", GpusTable).device.items()},
+        driver=DriverKnowledge(
+            **{
+                **driver.model_dump(),
+                "open_modules_required_devices": tuple(driver.open_modules_required_devices),
+            }
+        ),
+        repo=NvidiaRepo(
+            **{**repo.model_dump(), "driver_package": repo.driver_package.model_dump()}
+        ),
         torch=TorchKnowledge(
-            index_url=torch["index_url"],
-            cuda_venv_bytes=torch["cuda_venv_mib"] * MiB,
+            index_url=torch.index_url,
+            cuda_venv_bytes=torch.cuda_venv_mib * MiB,
             releases=tuple(
                 TorchRelease(
-                    series=r["series"],
-                    builds=tuple(r["builds"]),
-                    pythons=tuple(r["pythons"]),
-                    pypi_cuda=r["pypi_cuda"],
-                    requires_python=r["requires_python"],
+                    series=r.series,
+                    builds=tuple(r.builds),
+                    pythons=tuple(r.pythons),
+                    pypi_cuda=r.pypi_cuda,
+                    requires_python=r.requires_python,
                 )
-                for r in torch["release"]
+                for r in torch.release
             ),
             builds={
                 name: TorchBuild(
                     name=name,
-                    aarch64_min_compute_capability=torch["aarch64_min_compute_capability"],
-                    **b,
+                    aarch64_min_compute_capability=torch.aarch64_min_compute_capability,
+                    **b.model_dump(),
                 )
-                for name, b in torch["build"].items()
+                for name, b in torch.build.items()
             },
         ),
         extensions=_recipes(),
-        pythons=tuple(p["version"] for p in load_asset("pythons.toml")["python"]),
+        pythons=tuple(p.version for p in load_table("pythons.toml", PythonsTable).python),
     )

@@ -1,5 +1,5 @@
 """What a build leaves running: a daemon its build backend double-forked, its process group and
-session. A build step ends with its main process (DESIGN.md, "Trust"): what it leaves is
+session. A build step ends with its main process (docs/design.md, "Trust"): what it leaves is
 ended then, and sooner whatever holds the build's own output open (pip reads its backend's
 output to the end, so a daemon keeping that pipe would hold the step for as long as it lives).
 

@@ -21,8 +21,8 @@ PEAK_NEAR = 0.5
 PEAK_FALLBACK = 0.8
 PEAK_SAFETY = 1.05  # learned peak = the largest job peak seen, plus this margin
 # The shape a job is predicted to follow after its front-end peak: down to the plateau over half
-# the time it took to climb, the plateau first guessed at half the peak (DESIGN.md: the measured
-# flash-attn build fell by half after its front end) and then learned from jobs past their peak.
+# the time it took to climb, the plateau first guessed at half the peak (docs/design.md: the
+# measured flash-attn build fell by half after its front end), then learned from jobs past it.
 FALL_RATIO = 0.5
 PLATEAU_GUESS = 0.5
 LESSONS_KEPT = 16  # the most recent job peaks and ramps the typical values come from

@@ -59,7 +59,3 @@ class Paths:
 
     def action_log(self, run_id: str, action_id: str) -> Path:
         return self.run_dir(run_id) / f"{action_id}.log"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.fs.path(CACHE_DIR)

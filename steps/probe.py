@@ -39,7 +39,6 @@ from steps.nvml import NvmlReading, NvmlUnavailable, load_snapshot, read_nvml
 from steps.rootfs import RootFS
 from steps.settings import NVML_SNAPSHOT, settings_from
 
-NVML_SNAPSHOT_ENV = NVML_SNAPSHOT
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"

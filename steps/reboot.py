@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 
 from steps.actions import ActionRunner
-from steps.applyrun import EXIT_REBOOT, RESUME_COMMAND, ApplyRun, Finish, Stopped
+from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault, Finish, Stopped
 from steps.choices import choose
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import Notice, RebootNeeded
+from steps.exitcodes import EXIT_REBOOT
 from steps.facts import Facts
 from steps.plan import Action
 from steps.service import RESUME_UNIT, resume_unit, systemd_booted
@@ -181,19 +182,21 @@ class RebootResume:
         log_path = self.run.action_log(LOAD_DRIVER.id)
         tail, code = (result.tail, result.exit_code) if result else ([], None)
         self.run.fail(
-            "driver",
-            LOAD_DRIVER,
-            code,
-            log_path,
-            what=f"after the reboot {found}; expected branch {branch}",
-            diagnosis=diagnose(tail, code, str(log_path), self.run.req.answers_path)
-            or Diagnosis(
-                "driver-not-loaded",
-                "The kernel did not load the NVIDIA module after the reboot.",
-                "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and `dkms status`; then: "
-                + RESUME_COMMAND,
-            ),
-            tail=tail,
+            Fault(
+                "driver",
+                f"after the reboot {found}; expected branch {branch}",
+                action=LOAD_DRIVER,
+                exit_code=code,
+                log=log_path,
+                diagnosis=diagnose(tail, code, str(log_path), self.run.req.answers_path)
+                or Diagnosis(
+                    "driver-not-loaded",
+                    "The kernel did not load the NVIDIA module after the reboot.",
+                    "Look at `sudo dmesg | grep -i -E 'nvidia|nouveau'` and `dkms status`; then: "
+                    + RESUME_COMMAND,
+                ),
+                tail=tail,
+            )
         )
 
 

@@ -57,7 +57,7 @@ RECIPE_FILE_LIMIT = MiB
 SMOKE_TEST_LIMIT = 64 * 1024
 
 # Variables the build environment sets itself or that change what runs: a recipe may not name
-# them. Its variables are given mlsetup's values ("TRUE", an arch list, a count), but even
+# them. Its variables are given mlsetup's values (the force value, an arch list, a count), but even
 # those load code or change the tools under these names (LD_AUDIT=TRUE loads ./TRUE,
 # GCONV_PATH a directory of the build's, PYTHONINSPECT=TRUE holds the build at a prompt).
 RESERVED_VARIABLES = frozenset(
@@ -105,6 +105,8 @@ ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
 Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
 Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
 Flag = Annotated[bool, Strict()]  # strict: "no" is no boolean
+# What the force switch is set to: setup.py compares it as a string ("TRUE", "1")
+SwitchValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]{1,16}$")]
 # A .ninja_log of one build of the extension, shipped in assets/buildtools/profiles/
 PROFILES = "buildtools/profiles"
 
@@ -189,6 +191,16 @@ class VariantModel(_Overridable):
         return _specifier(v) if v else v
 
 
+class MeasuredBuildModel(_Strict):
+    """One real build of the extension for one arch, which the Apply confirmation scales to the
+    GPUs and cores here (more jobs than measured are not counted as faster)."""
+
+    minutes: Annotated[float, Strict(), Field(gt=0, le=24 * 60)]
+    jobs: Threads
+    peak_gib: Gib
+    source: Annotated[str, StringConstraints(min_length=1)]
+
+
 class RecipeModel(_Overridable):
     package: PackageName
     import_name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
@@ -196,8 +208,12 @@ class RecipeModel(_Overridable):
     arch_map: dict[ComputeCapability, ArchValue] = Field(min_length=1)
     threads_variable: str = Field(description='"" = the extension hard-codes its nvcc threads')
     threads: Threads
-    force_build_variable: str
+    force_build_variable: str = Field(
+        description="the variable that makes setup.py compile instead of fetching a wheel"
+    )
+    force_build_value: SwitchValue = Field("TRUE", description="what that variable is set to")
     peak_job_gib: Gib
+    measured_build: MeasuredBuildModel | None = None
     build_requires: list[str]
     runtime_requires: list[str] = Field(
         default_factory=list, description="what the installed wheel requires, torch aside"
@@ -230,6 +246,11 @@ class RecipeModel(_Overridable):
     @field_validator("force_build_variable")
     @classmethod
     def _force(cls, v: str) -> str:
+        if not v:  # the build would set env[""]: every recipe has a switch to name
+            raise ValueError(
+                "allowed: the environment variable that forces the build (such as "
+                '"FLASH_ATTENTION_FORCE_BUILD" or "FORCE_CUDA"), not ""'
+            )
         return _variable(v)
 
     @field_validator("requirement")
@@ -283,6 +304,14 @@ def _within(version: str | None, spec: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class MeasuredBuild:
+    minutes: float  # compile to smoke test, for one arch
+    jobs: int  # with at most this many jobs at once
+    peak_gib: float  # RAM in use at the build's peak
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ExtensionRecipe:
     name: str
     package: str
@@ -310,6 +339,8 @@ class ExtensionRecipe:
     # Python run in the venv after install: imports the extension and makes one tiny call
     smoke_test: str = ""
     checked: str = ""  # the newest release whose setup.py the recipe was checked against
+    force_build_value: str = "TRUE"  # flash-attn and the Mamba projects honour only "TRUE"
+    measured_build: MeasuredBuild | None = None  # what the Apply confirmation's times scale
     variants: tuple[Variant, ...] = ()
 
     def for_build(self, version: str, nvcc: str | None) -> ExtensionRecipe:
@@ -354,7 +385,9 @@ def shipped_profiles() -> set[str]:
 
 
 def _recipe(name: str, model: RecipeModel) -> ExtensionRecipe:
-    data = model.model_dump(exclude={"variant"})
+    data = model.model_dump(exclude={"variant", "measured_build"})
+    measured = model.measured_build
+    data["measured_build"] = MeasuredBuild(**measured.model_dump()) if measured else None
     variants = tuple(
         Variant(
             v.versions,

@@ -1,7 +1,7 @@
 """File primitives for root working among files that other accounts can write.
 
 mlsetup runs as root, but the venv belongs to the sudo user, the build tree to the compiling
-account, and a wheelhouse may be shared (DESIGN.md, "Trust"). From root's side those accounts
+account, and a wheelhouse may be shared (docs/design.md, "Trust"). From root's side those accounts
 are untrusted, so every operation here works on descriptors:
 
 - nothing follows a symlink: each component below a directory root holds open is opened with

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from steps.actions import ActionRunner, Execute
-from steps.applyrun import EXIT_INPUT, RESUME_COMMAND, ApplyRun
+from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
 from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError
 from steps.events import Notice
+from steps.exitcodes import EXIT_INPUT
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
@@ -47,19 +48,18 @@ class StackSettler:
             self.run.lock = self._settle_lock(facts)
         except InputError as exc:
             self.run.fail(
-                "venv",
-                None,
-                None,
-                None,
-                what=str(exc),
-                diagnosis=Diagnosis(
-                    "stack-unsatisfiable",
-                    "The answers' packages do not resolve into one stack that runs here.",
-                    "Change torch.packages, torch.cuda or torch.index_url in "
-                    f"{answers_file(self.run.req.answers_path)} as the message says, "
-                    f"then: {answers_command(self.run.req.answers_path)}",
-                ),
-                code=EXIT_INPUT,
+                Fault(
+                    "venv",
+                    str(exc),
+                    diagnosis=Diagnosis(
+                        "stack-unsatisfiable",
+                        "The answers' packages do not resolve into one stack that runs here.",
+                        "Change torch.packages, torch.cuda or torch.index_url in "
+                        f"{answers_file(self.run.req.answers_path)} as the message says, "
+                        f"then: {answers_command(self.run.req.answers_path)}",
+                    ),
+                    code=EXIT_INPUT,
+                )
             )
         except StackUnavailable as exc:
             self._unavailable(exc, facts)
@@ -133,22 +133,24 @@ class StackSettler:
         url = failed_url(tail)
         answers = self.run.req.answers_path
         self.run.fail(
-            "venv",
-            action,
-            result.exit_code if result else None,
-            self.run.action_log(action.id) if action else None,
-            what=str(exc),
-            diagnosis=Diagnosis(
-                "index-unreachable",
-                f"uv could not reach the package index{f' ({url})' if url else ''} to "
-                "resolve the stack.",
-                f"Check the network and proxy, then: {RESUME_COMMAND}; or set torch.index_url "
-                f"in {answers_file(answers)} to an index this server reaches (a mirror "
-                "of the PyTorch index; PyPI, https://pypi.org/simple, for CUDA builds: its Linux "
-                f"torch is one), then: {answers_command(answers)}",
-            ),
-            tail=tail,
-            code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
+            Fault(
+                "venv",
+                str(exc),
+                action=action,
+                exit_code=result.exit_code if result else None,
+                log=self.run.action_log(action.id) if action else None,
+                diagnosis=Diagnosis(
+                    "index-unreachable",
+                    f"uv could not reach the package index{f' ({url})' if url else ''} to "
+                    "resolve the stack.",
+                    f"Check the network and proxy, then: {RESUME_COMMAND}; or set "
+                    f"torch.index_url in {answers_file(answers)} to an index this server "
+                    "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
+                    f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
+                ),
+                tail=tail,
+                code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
+            )
         )
 
     def _keep_lock(self, lock: Lock) -> None:

@@ -8,7 +8,7 @@ The machine keeps its own in /var/cache/mlsetup/wheels/<key>/; a fleet can share
 directory (answers build.wheelhouse) laid out the same way.
 
 The wheel just built sits in the compiling account's build tree, and a wheelhouse may belong to
-the operator: root reads and writes both only through steps.safefs (DESIGN.md, "Trust").
+the operator: root reads and writes both only through steps.safefs (docs/design.md, "Trust").
 """
 
 from __future__ import annotations

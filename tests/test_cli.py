@@ -3,6 +3,7 @@ bad usage is exit 2 with nothing run, and a closed stdout ends quietly."""
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -259,3 +260,18 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
     )
     for argv in (["--help"], ["plan", "--facts", H200]):
         closed_stdout_run(str(venv / "bin/python"), argv, tmp_path)
+
+
+def test_the_exit_codes_are_defined_in_one_module():
+    """steps/exitcodes.py alone names them; the engine, the errors and every front end import
+    them from there (they were defined in three modules, one copy unused)."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted([*(REPO / "steps").rglob("*.py"), *(REPO / "app").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                for name in names:
+                    if isinstance(name, ast.Name) and name.id.startswith("EXIT_"):
+                        defined.setdefault(name.id, []).append(path.relative_to(REPO).as_posix())
+    assert defined and all(where == ["steps/exitcodes.py"] for where in defined.values()), defined

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from steps.diagnose import diagnose
+from steps.errors import InputError
+from steps.tables import DiagnosesTable, load_table, parse_table
 
 LOG = "/var/log/mlsetup/run/extensions.flash-attn.build.log"
 
@@ -29,52 +31,8 @@ MISMATCH_TORCH_28 = [
     "compilePyTorch (%s). Please make sure to use the same CUDA versions.', '13.1', '12.8')",
 ]
 
-CASES = {
-    "no-kernel-image": [
-        # torch <= 2.7
-        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
-        # torch >= 2.8 raises torch.AcceleratorError
-        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
-        "device",
-    ],
-    "undefined-symbol": [
-        "ImportError: /home/mluser/ml-env/lib/python3.12/site-packages/"
-        "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
-        "_ZN3c104cuda9SetDeviceEi",
-    ],
-    "tls-unknown-issuer": [
-        "  Caused by: invalid peer certificate: UnknownIssuer",
-        "  ╰─▶ invalid peer certificate: UnknownIssuer",
-    ],
-    "python-download": [
-        "error: Failed to install cpython-3.11.10-linux-x86_64-gnu",
-        # uv venv --python 3.12 (astral-sh/uv issues), the URL wrapped onto the next line
-        "  x Failed to download\n  | https://github.com/astral-sh/python-build-standalone/releases/"
-        "download/20250409/cpython-3.12.10%2B20250409-x86_64-unknown-linux-gnu-install_only_"
-        "stripped.tar.gz",
-        "  Caused by: Failed to download https://github.com/astral-sh/python-build-standalone/"
-        "releases/download/20250409/cpython-3.12.10%2B20250409-x86_64-unknown-linux-gnu-"
-        "install_only_stripped.tar.gz",
-    ],
-    "resolver-conflict": [
-        "  \u00d7 No solution found when resolving dependencies:",  # uv prints U+00D7
-        "      And because you require torch==2.4.1, we can conclude that your requirements are "
-        "unsatisfiable.",
-    ],
-    "secure-boot-rejected": [
-        "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
-        "Loading of unsigned module is rejected",
-    ],
-    "gcc-too-new": [
-        "/usr/local/cuda-12.8/bin/../targets/x86_64-linux/include/crt/host_config.h:143:2: error: "
-        "#error -- unsupported GNU version! gcc versions later than 14 are not supported! The "
-        "nvcc flag '-allow-unsupported-compiler' can be used to override this version check",
-    ],
-    "dpkg-lock": [
-        "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 1234 "
-        "(unattended-upgr)",
-    ],
-}
+# Each signature's real output lines, as assets/diagnoses.toml cites them (`examples`).
+CASES = {sig.id: sig.examples for sig in load_table("diagnoses.toml", DiagnosesTable).signature}
 
 
 @pytest.mark.parametrize(
@@ -93,6 +51,40 @@ def test_each_signature_matches_the_real_line(signature, line):
     d = diagnose(["some earlier output", *line.split("\n")], 1, LOG)
     assert d is not None and d.id == signature, d
     assert "{" not in d.why + d.next  # every placeholder filled
+
+
+GOOD = {"id": "x-y", "pattern": "boom", "why": "w", "next": "n", "examples": ["boom"]}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"examples": []}, "signature[1].examples"),  # no real line cited
+        ({"pattern": "un(closed"}, "signature[1].pattern"),
+        ({"id": "Not An Id"}, "signature[1].id"),
+        ({"nxt": "typo"}, "signature[1].nxt: unknown key"),
+        ({"why": None}, "signature[1].why"),
+        ({"id": "x-y"}, "'x-y' is used twice"),
+        ({"next": "run {1}"}, 'signature[1].next = "run {1}": {1} is filled by nothing'),
+        ({"why": "see {logfile}"}, "signature[1].why"),
+    ],
+)
+def test_a_malformed_signature_is_refused_naming_the_key(change, named):
+    bad = {k: v for k, v in {**GOOD, "id": "other", **change}.items() if v is not None}
+    named_here = [{**GOOD, "id": i} for i in ("out-of-memory", "no-space")]
+    with pytest.raises(InputError) as exc:
+        parse_table(
+            {"signature": [GOOD, bad, *named_here]}, DiagnosesTable, "assets/diagnoses.toml"
+        )
+    assert str(exc.value).startswith("assets/diagnoses.toml: ")
+    assert named in str(exc.value), str(exc.value)
+
+
+def test_the_signatures_the_code_names_are_required():
+    table = {"signature": [{**GOOD, "id": "out-of-memory"}]}
+    with pytest.raises(InputError) as exc:
+        parse_table(table, DiagnosesTable, "assets/diagnoses.toml")
+    assert "no signature no-space (steps/diagnose.py uses it)" in str(exc.value)
 
 
 def test_undefined_symbol_names_the_module_and_symbol():

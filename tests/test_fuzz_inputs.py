@@ -437,6 +437,7 @@ RECIPE_BAD = [  # (key, TOML value)
     ("threads", "-1"),
     ("threads", "9" * 40),
     ("force_build_variable", "{}"),
+    ("force_build_variable", '""'),
     ("peak_job_gib", '"lots"'),
     ("peak_job_gib", "nan"),
     ("peak_job_gib", "-1.0"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from steps import tables
+from steps.errors import InputError
 from steps.knowledge import ASSETS_DIR, knowledge
 from tests.common import MACHINES, REPO, run_cli
 
@@ -76,7 +79,8 @@ def test_cuda_tables_are_consistent():
     k = knowledge().cuda
     assert k.major_min_driver["13"].startswith("580")
     assert k.release("12.8").min_driver.startswith("570")
-    assert k.min_cuda_for("12.0") == "12.8" and k.min_cuda_for("10.0") == "12.8"
+    assert k.min_cuda_for_compute_capability["12.0"] == "12.8"
+    assert k.min_cuda_for_compute_capability["10.0"] == "12.8"
     assert k.newest_supported_by_driver("580.159.04") == "13.0"
     assert k.newest_supported_by_driver("590.48.01") == "13.1"
     assert k.driver_runs("580.159.04", "13.0", "13.2")  # minor-version compatibility
@@ -211,6 +215,18 @@ BAD_RECIPES = {
         "text matching",
     ),
     "bad-requirement": ('requirement = "-e /tmp/x"', "flash-attn.requirement", "allowed"),
+    # the build would set env[""] = "TRUE"
+    "no-force-switch": ('force_build_variable = ""', "flash-attn.force_build_variable", 'not ""'),
+    "force-value-flag": (
+        'force_build_value = "1 --x"',
+        "flash-attn.force_build_value",
+        "text matching",
+    ),
+    "measured-typo": (
+        'measured_build = { minutes = 3.0, jobs = 4, peak = 1.0, source = "x" }',
+        "flash-attn.measured_build.peak",
+        "unknown key",
+    ),
     "bad-variant": (
         '[[flash-attn.variant]]\nversions = "not a spec"',
         "flash-attn.variant[1].versions",
@@ -283,6 +299,26 @@ def test_an_operator_recipe_is_used_and_a_missing_named_directory_is_an_error(tm
     assert "an existing directory" in run.stderr
 
 
+def test_a_recipe_names_its_own_force_switch_and_value(tmp_path):
+    # xformers' setup.py compiles its CUDA code only with FORCE_CUDA=1 (not "TRUE")
+    mine = GOOD.replace("[flash-attn]", "[my-attn]").split("\n[[")[0]
+    mine = mine.replace('"FLASH_ATTENTION_FORCE_BUILD"', '"FORCE_CUDA"\nforce_build_value = "1"')
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[[extensions]]\nname = "my-attn"\nversion = "2.8.3"\n')
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mine.toml").write_text(mine)
+    run = run_cli(
+        "plan",
+        "--facts",
+        str(MACHINES / "h200-ubuntu2404.json"),  # CUDA 13: no cu13 wheel listed, so forced
+        "--answers",
+        str(answers),
+        env={"MLSETUP_EXTENSIONS_DIR": str(tmp_path / "recipes")},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "FORCE_CUDA=1" in run.stdout and "=TRUE" not in run.stdout, run.stdout
+
+
 def test_engine_never_imports_textual():
     """steps/ is the engine: importable, and importing all of it loads no Textual."""
     modules = sorted(p.stem for p in (REPO / "steps").glob("*.py") if p.stem != "__init__")
@@ -303,3 +339,52 @@ def test_engine_never_imports_textual():
                     else [a.name for a in node.names]
                 )
                 assert not any((n or "").split(".")[0] in ("textual", "app") for n in names), path
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "named"),
+    [
+        ("torch.toml", lambda t: t["release"][0].update(builds=["cu999"]), "'cu999' has no"),
+        ("torch.toml", lambda t: t["release"][1].update(pythons="3.12"), "release[1].pythons"),
+        ("cuda.toml", lambda t: t["release"][2].pop("min_driver"), "release[2].min_driver"),
+        ("cuda.toml", lambda t: t.update(install_mib=True), "install_mib = true"),
+        ("gpus.toml", lambda t: t["device"].update({"0x2330": ["H", "9"]}), '0x2330[1] = "9"'),
+        ("driver.toml", lambda t: t.update(recomended_branch=580), "recomended_branch: unknown"),
+        ("nvidia_repo.toml", lambda t: t["driver_package"].pop("pin"), "driver_package.pin"),
+        ("pythons.toml", lambda t: t["python"][0].update(version="3"), 'python[0].version = "3"'),
+    ],
+)
+def test_a_malformed_knowledge_table_is_refused_naming_the_key(name, change, named):
+    model = {
+        "torch.toml": tables.TorchTable,
+        "cuda.toml": tables.CudaTable,
+        "gpus.toml": tables.GpusTable,
+        "driver.toml": tables.DriverTable,
+        "nvidia_repo.toml": tables.NvidiaRepoTable,
+        "pythons.toml": tables.PythonsTable,
+    }[name]
+    table = tables.tomllib.loads((ASSETS_DIR / name).read_text())
+    tables.parse_table(table, model, f"assets/{name}")  # as shipped: valid
+    change(table)
+    with pytest.raises(InputError) as exc:
+        tables.parse_table(table, model, f"assets/{name}")
+    assert str(exc.value).startswith(f"assets/{name}: ") and named in str(exc.value), exc.value
+
+
+def test_the_code_cites_the_design_in_the_repository_by_sections_it_has():
+    design = (REPO / "docs" / "design.md").read_text()
+    sections = {line[3:].strip() for line in design.splitlines() if line.startswith("## ")}
+    outside = "DESIGN" + ".md"  # the shared design notes' name (not in the repository)
+    cited = []
+    for path in REPO.glob("**/*"):
+        parts = path.relative_to(REPO).parts
+        if parts[0].startswith(".") or "__pycache__" in parts or path.name == "CHANGELOG.md":
+            continue  # the changelog tells history, the notes outside included
+        if not path.is_file() or path.suffix not in {".py", ".toml", ".md", ".sh"}:
+            continue
+        text = path.read_text(errors="replace")
+        assert outside not in text, f"{path}: cites a {outside} outside the repository"
+        for section in re.findall(r'docs/design\.md,\s+"([^"]+)"', text):
+            cited.append(section)
+            assert section in sections, f"{path}: docs/design.md has no section {section!r}"
+    assert "Trust" in cited

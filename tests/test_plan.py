@@ -1,4 +1,4 @@
-"""The planner on recorded machines: the failures from DESIGN.md, decided before anything runs."""
+"""The planner on recorded machines: docs/design.md's failures, decided before anything runs."""
 
 from __future__ import annotations
 
@@ -337,7 +337,7 @@ def test_plan_json_contract_from_cli():
         assert set(step) == {"name", "status", "reason", "actions"}
         assert step["status"] in ("pending", "satisfied")
         for action in step["actions"]:
-            # the keys of mlsetup.plan/1 (DESIGN.md), and the ones added since: kind, target
+            # the keys of mlsetup.plan/1 (docs/design.md), and the ones added since: kind, target
             assert set(action) == {
                 *("id", "title", "argv", "env", "user", "reboot_after"),
                 *("kind", "target"),

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from steps.knowledge import ASSETS_DIR, knowledge
 from tests.common import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -20,15 +23,15 @@ RECORDED = REPO / "tests" / "fixtures" / "pypi"
 PYPI = "https://pypi.example"
 
 
-def recorded() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in RECORDED.glob("*.json")}
+def recorded(directory: Path = RECORDED) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in directory.glob("*.json")}
 
 
 def fetcher(responses: dict[str, dict]):
     def fetch(url: str) -> bytes:
         name = url.removeprefix(f"{PYPI}/pypi/").removesuffix("/json")
-        if name not in responses:
-            raise refresh_knowledge.Unreachable(f"{url}: 404")
+        if name not in responses:  # what PyPI answers for a project it does not have
+            raise refresh_knowledge.NotOnPypi(f"PyPI has no project at {url} (404)")
         return json.dumps(responses[name]).encode()
 
     return fetch
@@ -41,6 +44,7 @@ def run(responses, capsys) -> tuple[int, list[str]]:
 
 def test_the_assets_agree_with_pypi_as_recorded(capsys):
     code, out = run(recorded(), capsys)
+    # a new recipe's package: python tools/refresh_knowledge.py --record tests/fixtures/pypi
     assert code == 0, out
     assert out == [out[0]] and "agree with PyPI" in out[0]
 
@@ -100,6 +104,83 @@ def test_a_series_gone_from_pypi_and_changed_requires_python(capsys):
     assert code == 1
     assert "torch 2.4: in assets/torch.toml but no release of it is on PyPI" in out
     assert any(line.startswith("torch 2.15: 2.15.0 requires Python >=3.12;") for line in out)
+
+
+@pytest.fixture
+def my_recipe(tmp_path, monkeypatch):
+    """An operator's recipe for a package with no recorded answer (checked against 0.0.35)."""
+    flash = (ASSETS_DIR / "extensions.toml").read_text().split("[causal-conv1d]")[0]
+    mine = flash.split("\n[[")[0].replace("[flash-attn]", "[my-ext]")
+    mine = mine.replace('package = "flash-attn"', 'package = "unrecorded-ext"')
+    mine = mine.replace('checked = "2.8.3.post2"', 'checked = "0.0.35"')
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mine.toml").write_text(mine)
+    monkeypatch.setenv("MLSETUP_EXTENSIONS_DIR", str(tmp_path / "recipes"))
+    knowledge.cache_clear()
+    yield
+    knowledge.cache_clear()
+
+
+def _file(name: str, **fields) -> dict:
+    return {
+        "filename": name,
+        "requires_python": ">=3.9",
+        "upload_time": "2026-11-20T00:00:00",
+        "yanked": False,
+        **fields,
+    }
+
+
+def test_a_package_without_a_recorded_answer_is_a_finding_and_record_writes_it(
+    my_recipe, tmp_path, capsys
+):
+    code, out = run(recorded(), capsys)  # PyPI (as recorded) has no such project: a 404
+    assert code == 1
+    assert out == [
+        f"my-ext: PyPI has no project at {PYPI}/pypi/unrecorded-ext/json (404): is the recipe's "
+        "package = 'unrecorded-ext' right?"
+    ]
+    answers = tmp_path / "answers"
+    shutil.copytree(RECORDED, answers)
+    responses = recorded()
+    responses["unrecorded-ext"] = {
+        "info": {
+            "name": "unrecorded-ext",
+            "requires_python": ">=3.9",
+            "version": "0.0.35",
+            "summary": "not read",
+        },
+        "releases": {
+            "0.0.35": [
+                _file("unrecorded-ext-0.0.35.tar.gz", digests={"sha256": "0" * 64}),
+                _file("unrecorded-ext-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl"),
+                _file("unrecorded-ext-0.0.35-cp39-abi3-win_amd64.whl"),
+            ]
+        },
+    }
+    code = refresh_knowledge.main(
+        ["--pypi", PYPI, "--record", str(answers)], fetch=fetcher(responses)
+    )
+    assert capsys.readouterr().out.splitlines()[0] == f"recorded {answers / 'unrecorded-ext.json'}"
+    assert code == 0
+    assert sorted(p.name for p in answers.iterdir()) == sorted(
+        [*(p.name for p in RECORDED.iterdir()), "unrecorded-ext.json"]
+    )
+    mine = recorded(answers)["unrecorded-ext"]
+    assert mine["info"] == {
+        "name": "unrecorded-ext",
+        "requires_python": ">=3.9",
+        "version": "0.0.35",
+    }
+    assert [f["filename"] for f in mine["releases"]["0.0.35"]] == [
+        "unrecorded-ext-0.0.35.tar.gz",
+        "unrecorded-ext-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl",
+    ]
+    assert set(mine["releases"]["0.0.35"][0]) == set(refresh_knowledge.FILE_FIELDS)
+    for p in RECORDED.iterdir():  # the recorded answers stay as they were
+        assert (answers / p.name).read_bytes() == p.read_bytes()
+    code, out = run(recorded(answers), capsys)  # the new answer replays: nothing to report
+    assert code == 0, out
 
 
 @pytest.mark.parametrize("answer", [None, b"<html>mirror</html>", b'{"info": {}}'])

@@ -1,4 +1,4 @@
-"""Root among other accounts' files (DESIGN.md, "Trust"): each attack an account can make on
+"""Root among other accounts' files (docs/design.md, "Trust"): each attack an account can make on
 the trees root works in, made from that account (a process with its uid) against a real apply
 or plan on the fake server. A root-only file stands in for /etc/shadow; each test checks that it
 keeps its content, owner and mode, and that the attack was really in place."""

@@ -10,9 +10,15 @@ extension recipes and prints, one finding per line:
 - for each recipe, releases newer than the one its setup.py was checked against (`checked`).
 
 Nothing is changed: a person reads the sources the findings point to and edits assets/ with a
-source comment. Exit status: 0 nothing to change, 1 findings, 3 PyPI could not be read.
+source comment. A recipe whose package PyPI does not have (404) is a finding, not the end of the
+check. Exit status: 0 nothing to change, 1 findings, 3 PyPI could not be read.
 
-    python tools/refresh_knowledge.py [--pypi https://pypi.org] [--timeout 20]
+`--record DIR` also writes PyPI's answer for each project DIR has none for, trimmed to what the
+tool reads, as DIR/NAME.json: a new recipe's response for tests/test_refresh_knowledge.py is
+
+    python tools/refresh_knowledge.py --record tests/fixtures/pypi
+
+    python tools/refresh_knowledge.py [--pypi https://pypi.org] [--timeout 20] [--record DIR]
 """
 
 from __future__ import annotations
@@ -44,12 +50,20 @@ class Unreachable(Exception):
     """PyPI could not be read (no network, a proxy, a mirror without the JSON API)."""
 
 
+class NotOnPypi(Exception):
+    """PyPI answered 404 for one project: a finding about that recipe, the rest is checked."""
+
+
 def http_fetch(timeout: float) -> Fetch:
     def fetch(url: str) -> bytes:
         request = urllib.request.Request(url, headers={"User-Agent": "mlsetup-refresh-knowledge"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise NotOnPypi(f"PyPI has no project at {url} (404)") from None
+            raise Unreachable(f"{url}: HTTP {exc.code} {exc.reason}") from None
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             raise Unreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
 
@@ -148,13 +162,50 @@ def recipe_findings(name: str, package: str, checked: str, data: dict) -> list[s
     return []
 
 
-def findings(fetch: Fetch, pypi: str) -> list[str]:
-    out = torch_findings(project(fetch, pypi, "torch"))
+def findings(fetch: Fetch, pypi: str, answers: dict[str, dict] | None = None) -> list[str]:
+    """The findings; `answers`, when given, gets PyPI's answer for each project read."""
+    seen = {} if answers is None else answers
+    seen["torch"] = project(fetch, pypi, "torch")
+    out = torch_findings(seen["torch"])
     for name, recipe in knowledge().extensions.items():
-        out += recipe_findings(
-            name, recipe.package, recipe.checked, project(fetch, pypi, recipe.package)
-        )
+        try:
+            seen[recipe.package] = project(fetch, pypi, recipe.package)
+        except NotOnPypi as exc:
+            out.append(f"{name}: {exc}: is the recipe's package = {recipe.package!r} right?")
+            continue
+        out += recipe_findings(name, recipe.package, recipe.checked, seen[recipe.package])
     return out
+
+
+FILE_FIELDS = ("filename", "requires_python", "upload_time", "yanked")
+INFO_FIELDS = ("name", "requires_python", "version")
+
+
+def trimmed(data: dict) -> dict:
+    """PyPI's answer cut to what the tool reads: Linux wheels and sdists, four fields each."""
+    releases = {
+        version: [{k: f.get(k) for k in FILE_FIELDS} for f in files or [] if _kept(f)]
+        for version, files in data["releases"].items()
+    }
+    info = data.get("info") or {}
+    return {"info": {k: info.get(k) for k in INFO_FIELDS}, "releases": releases}
+
+
+def _kept(file: object) -> bool:
+    name = str(file.get("filename", "")) if isinstance(file, dict) else ""
+    return name.endswith((".tar.gz", ".zip")) or (name.endswith(".whl") and "linux" in name)
+
+
+def record(answers: dict[str, dict], directory: Path) -> list[Path]:
+    """DIR/NAME.json for each project read that DIR has no answer for (the others stay as
+    they were recorded: tests compare against them)."""
+    written = []
+    for name, data in answers.items():
+        path = directory / f"{name}.json"
+        if not path.exists():
+            path.write_text(json.dumps(trimmed(data), indent=0, sort_keys=True) + "\n")
+            written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
@@ -163,12 +214,18 @@ def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
         "--pypi", default="https://pypi.org", help="PyPI (or a mirror with its JSON API)"
     )
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per request")
+    parser.add_argument(
+        "--record", type=Path, metavar="DIR", help="write the answers DIR lacks as DIR/NAME.json"
+    )
     args = parser.parse_args(argv)
+    answers: dict[str, dict] = {}
     try:
-        found = findings(fetch or http_fetch(args.timeout), args.pypi)
-    except Unreachable as exc:
+        found = findings(fetch or http_fetch(args.timeout), args.pypi, answers)
+    except (Unreachable, NotOnPypi) as exc:  # NotOnPypi here: torch itself, a mirror's gap
         print(f"refresh_knowledge: cannot read PyPI, nothing was checked: {exc}")
         return EXIT_UNREACHABLE
+    for path in record(answers, args.record) if args.record else []:
+        print(f"recorded {path}")
     for line in found:
         print(line)
     if not found:

@@ -24,9 +24,9 @@ from app.tui.screens.modals import ConfirmScreen, RebootScreen
 from app.tui.screens.run import RunScreen
 from app.tui.session import Session
 from steps import events as ev
-from steps.applyrun import EXIT_REBOOT
 from steps.engine import ApplyRequest, Engine
 from steps.errors import MlsetupError
+from steps.exitcodes import EXIT_REBOOT
 from steps.paths import Paths
 from steps.reboot import REBOOT
 from steps.runner import Runner, RunnerError

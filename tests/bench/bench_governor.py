@@ -46,7 +46,7 @@ PROFILE = HERE / "data" / "flash-attn-2.8.3-sm90-16jobs-mem.txt"
 JOB = HERE / "synthetic_job.py"
 NINJA = Path(sys.executable).parent / "ninja"
 
-# From DESIGN.md: 16 jobs finished 30 of 73 objects in 530 s, so one job takes ~16 * 530 / 30 s.
+# From the 16-job build in docs/design.md: 30 of 73 objects in 530 s, one job ~16 * 530 / 30 s.
 REAL_JOB_S = 16 * 530 / 30
 REAL_JOBS = 16
 REAL_RAMP_GUESS_S = 40.0  # the governor's default first guess at the time to a job's peak

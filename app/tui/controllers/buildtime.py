@@ -7,11 +7,8 @@ from app.tui.session import Session
 from steps.choices import BuildTarget
 from steps.units import gib
 
-# Measured (DESIGN.md, "Measured on the H200 server"): flash-attn 2.8.3 for one arch (sm_90)
-# with the governor on 16 cores took 20 min 30 s. Compile time grows with the archs and falls
-# with the cores; a recipe not measured says so. (Belongs beside the recipe in
-# assets/extensions.toml once that file carries build times.)
-MEASURED_BUILD = {"flash-attn": (20.5, 16)}  # minutes for one arch, on that many cores
+# A recipe's measured_build (assets/extensions.toml) is one real build for one arch: compile time
+# grows with the archs and falls with the cores; a recipe without one says so.
 SLOW = 2.0  # a build this many times the measured one is warned about
 
 
@@ -21,11 +18,11 @@ def _jobs(target: BuildTarget, cores: int | None, measured_jobs: int) -> int:
 
 
 def minutes(target: BuildTarget, cores: int | None) -> float | None:
-    measured = MEASURED_BUILD.get(target.recipe.name)
+    measured = target.recipe.measured_build
     if measured is None:
         return None
-    per_arch, on = measured
-    return per_arch * len(target.compute_capabilities) * on / _jobs(target, cores, on)
+    on = measured.jobs
+    return measured.minutes * len(target.compute_capabilities) * on / _jobs(target, cores, on)
 
 
 def _span(mins: float) -> str:
@@ -33,11 +30,13 @@ def _span(mins: float) -> str:
 
 
 def build_time(target: BuildTarget, cores: int | None) -> str:
-    estimate = minutes(target, cores)
-    if estimate is None:
+    estimate, measured = minutes(target, cores), target.recipe.measured_build
+    if estimate is None or measured is None:
         return "time not measured for this extension"
-    per_arch, on = MEASURED_BUILD[target.recipe.name]
-    return f"about {_span(estimate)} ({per_arch:g} min measured for one arch, {on} jobs)"
+    return (
+        f"about {_span(estimate)} ({measured.minutes:g} min measured for one arch, "
+        f"{jobs_text(measured.jobs)}, {measured.peak_gib:g} GiB at the peak)"
+    )
 
 
 def jobs_text(n: int) -> str:
@@ -50,17 +49,16 @@ def slow_builds(session: Session) -> list[str]:
     f = session.facts
     out = []
     for t in session.choices().build_targets:
-        estimate = minutes(t, f.cpu.logical)
-        measured = MEASURED_BUILD.get(t.recipe.name)
+        estimate, measured = minutes(t, f.cpu.logical), t.recipe.measured_build
         if estimate is None or measured is None:
             continue
-        if estimate < SLOW * measured[0] * len(t.compute_capabilities):
+        if estimate < SLOW * measured.minutes * len(t.compute_capabilities):
             continue
         free = gib(f.memory.available_bytes) if f.memory.available_bytes else "unknown"
         out.append(
             f"{t.answer.name} {t.answer.version} compiles here with at most "
-            f"{jobs_text(_jobs(t, f.cpu.logical, measured[1]))} at once ({f.cpu.logical or '?'} "
-            f"cores, {free} RAM free): about {_span(estimate)} (measured: {measured[0]:g} min "
-            f"for one arch with {measured[1]} jobs)."
+            f"{jobs_text(_jobs(t, f.cpu.logical, measured.jobs))} at once ({f.cpu.logical or '?'} "
+            f"cores, {free} RAM free): about {_span(estimate)} (measured: {measured.minutes:g} "
+            f"min for one arch with {jobs_text(measured.jobs)})."
         )
     return out

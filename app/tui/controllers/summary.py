@@ -10,6 +10,7 @@ from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
 from steps.engine import RESUME_COMMAND
+from steps.exitcodes import EXIT_OK, EXIT_REBOOT
 from steps.knowledge import knowledge
 from steps.paths import Paths
 from steps.plan import Action
@@ -114,7 +115,7 @@ class SummaryController:
             return [f"Follow or continue the setup: {RESUME_COMMAND}"]
         if m.finished is None:
             return []
-        if m.finished.code == 10:
+        if m.finished.code == EXIT_REBOOT:
             return reboot_lines(self.session)
         if m.dry_run:
             return [
@@ -150,7 +151,7 @@ class SummaryController:
         m = self.model
         if m.dry_run or self.session.dry_run:
             return ["Dry run: nothing was installed, so nothing is tried in the venv."]
-        if m.finished is None or m.finished.code != 0:
+        if m.finished is None or m.finished.code != EXIT_OK:
             return ["The smoke test runs once every step is done."]
         return self._torch_smoke(ok, bad) + self.engine_smoke(ok, bad)
 
