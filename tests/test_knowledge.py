@@ -380,6 +380,8 @@ def test_the_code_cites_the_design_in_the_repository_by_sections_it_has():
         parts = path.relative_to(REPO).parts
         if parts[0].startswith(".") or "__pycache__" in parts or path.name == "CHANGELOG.md":
             continue  # the changelog tells history, the notes outside included
+        if parts[0] in {"build", "dist"} or parts[0].endswith(".egg-info"):
+            continue  # what a local `pip install .` or `python -m build` left: copies
         if not path.is_file() or path.suffix not in {".py", ".toml", ".md", ".sh"}:
             continue
         text = path.read_text(errors="replace")
