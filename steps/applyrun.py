@@ -19,13 +19,13 @@ from steps.choices import Choices
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.events import EventSink
 from steps.facts import Facts, load_facts
-from steps.lock import Lock
 from steps.paths import Paths
 from steps.plan import Action
 from steps.probe import probe
 from steps.report import Failure, Outcome, RunResult
 from steps.rootfs import RootFS
 from steps.runner import Runner
+from steps.stack.lock import Lock
 from steps.state import State, peek_state, save_state
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_REBOOT = 0, 1, 2, 10

@@ -66,6 +66,7 @@ from steps.report import Failure, RunResult, dry_run_summary, make_report, write
 from steps.rootfs import RootFS
 from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
+from steps.stack.lock import PlannedStack
 from steps.state import State, load_state, new_run_id, remove_temporaries
 
 # What app/ and the tests take from here: the engine and its request, the lock, and the
@@ -112,7 +113,8 @@ class Engine:
             facts = self.apply_run.facts()
             plan = make_plan(facts, self.req.answers, lock=self.apply_run.lock)
         else:
-            facts, plan = observe_and_plan(self.apply_run.fs, self.req.answers, self.apply_run.lock)
+            stack = PlannedStack(self.apply_run.lock)
+            facts, plan = observe_and_plan(self.apply_run.fs, self.req.answers, stack)
         if self.plan is None:
             _log_plan(plan)
             self.emit(PlanMade(plan=json.loads(plan.to_json())))

@@ -19,11 +19,12 @@ from steps.errors import InputError
 from steps.events import Notice
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
-from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
 from steps.plan import Action
 from steps.runner import Result
+from steps.stack.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
+from steps.stack.obtain import settle_lock
+from steps.stack.refusal import StackUnavailable
 from steps.state import write_atomic
-from steps.venv import StackUnavailable, settle_lock
 from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 
