@@ -94,6 +94,9 @@ class StackSettler:
             self._keep_lock(lock)
 
     def _settle_lock(self, facts: Facts) -> Lock | None:
+        planned = self.run.req.planned
+        if self.run.req.dry_run and planned is not None:
+            return planned.lock  # the dry run walks the plan its front end showed
         resolving = not self.run.req.dry_run and self.run.state is not None
 
         def resolve(action: Action) -> Result | None:

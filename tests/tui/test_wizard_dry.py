@@ -16,12 +16,14 @@ from app.tui.screens.summary import SummaryScreen
 from app.tui.widgets.fields import ChoiceField
 from steps import events as ev
 from tests.common import run_cli
+from tests.pkgindex import standard_index
 from tests.tui.helpers import (
     Recorder,
     apply_confirmed,
     dry_session,
     machine,
     shown,
+    stack_resolved,
     wait_until,
     walk_to_review,
 )
@@ -61,7 +63,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert "flash-attn 2.8.3: compute 12.0, CUDA_HOME /usr/local/cuda-13.0" in text
         assert "FLASH_ATTN_CUDA_ARCHS=120" in text
 
-        await pilot.press("enter")  # Review
+        await pilot.press("enter")  # Review, once uv has resolved the stack (in a worker)
+        await stack_resolved(pilot)
         plan_shown = app.screen.controller.plan_json()
         assert "The plan:" in shown(app)
         # the dry run asks first, as a real apply does, marked as a dry run
@@ -115,6 +118,39 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
     )
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout) == plan_shown
+
+
+async def test_the_wizard_plans_the_stack_uv_resolves_exactly_as_mlsetup_plan(
+    tmp_path, monkeypatch
+):
+    """The wizard resolves the answers' stack in a worker (real uv, a local index), and what it
+    shows follows the lock: a package that pins torch 2.9.0 moves torch to the cu128 build and
+    the toolkit to CUDA 12.8 (knowledge alone says 2.15 and 13.0); the plan is `mlsetup plan`'s."""
+    index = standard_index(tmp_path / "pkgs")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index.default_url)
+    answers = tmp_path / "answers.toml"
+    answers.write_text(
+        f'version = 1\n[torch]\nindex_url = "{index.torch_url}"\npackages = ["vllmish"]\n'
+    )
+    app = WizardApp(dry_session("rtx-pro-6000-ubuntu2404", answers))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await stack_resolved(pilot)
+        await pilot.press("enter", "enter")  # Driver, then Toolkit
+        await pilot.pause()
+        assert "cuda-toolkit-12-8" in shown(app)
+        plan = json.loads(app.session.plan().to_json())
+    assert plan["lock"]["torch"] == "2.9.0+cu128"
+    assert plan["lock"]["decided_by"] == ["vllmish"]
+    replay = run_cli(
+        "plan",
+        "--json",
+        "--answers",
+        str(answers),
+        "--facts",
+        str(machine("rtx-pro-6000-ubuntu2404")),
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout) == plan
 
 
 async def test_invalid_choices_are_refused_in_place_with_the_reason():
