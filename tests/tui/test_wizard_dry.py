@@ -13,8 +13,12 @@ from app.tui.screens.modals import HelpScreen
 from app.tui.screens.run import RunScreen
 from app.tui.screens.step import StepScreen
 from app.tui.screens.summary import SummaryScreen
+from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
 from steps import events as ev
+from steps.answers import load_answers
+from steps.facts import load_facts
+from steps.rootfs import RootFS
 from tests.common import run_cli
 from tests.pkgindex import standard_index
 from tests.tui.helpers import (
@@ -269,3 +273,20 @@ async def _to_review(pilot):
 
 def _review_text(app) -> str:
     return shown(app)
+
+
+def test_the_wizard_refuses_a_venv_account_this_machine_lacks_as_mlsetup_plan_does(tmp_path):
+    """The wizard of this machine (not a recorded one) checks venv.user against its accounts,
+    as `mlsetup plan` does: a name it lacks is refused in place, the answers keep theirs."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text("ml:x:1000:1000::/home/ml:/bin/bash\n")
+    session = Session(
+        fs=RootFS(tmp_path),
+        facts=load_facts(machine("rtx-pro-6000-ubuntu2404")),
+        answers=load_answers(None),
+        dry_run=True,
+    )
+    why = session.set_value("venv.user", "nosuch")
+    assert why is not None and 'venv.user = "nosuch": no such account' in why
+    assert session.answers.venv.user == "auto"
+    assert session.set_value("venv.user", "ml") is None
