@@ -290,3 +290,23 @@ def test_the_wizard_refuses_a_venv_account_this_machine_lacks_as_mlsetup_plan_do
     assert why is not None and 'venv.user = "nosuch": no such account' in why
     assert session.answers.venv.user == "auto"
     assert session.set_value("venv.user", "ml") is None
+
+
+def test_a_stack_uv_refuses_is_the_plans_first_warning_and_why_the_wizard_cannot_run_it(
+    tmp_path, monkeypatch
+):
+    """What `mlsetup plan` exits 2 with (a package the index lacks) the wizard says first, and
+    it starts nothing until the answers change."""
+    index = standard_index(tmp_path / "pkgs")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index.default_url)
+    answers = tmp_path / "answers.toml"
+    answers.write_text(
+        f'version = 1\n[torch]\nindex_url = "{index.torch_url}"\npackages = ["nosuchpkg"]\n'
+    )
+    session = dry_session("rtx-pro-6000-ubuntu2404", answers)
+    session.resolve_stack()
+    refusal = "torch.packages ['nosuchpkg']: no nosuchpkg on"
+    assert session.plan().warnings[0].startswith(refusal)
+    assert (session.why_not_apply() or "").startswith(refusal)
+    assert session.set_value("torch.packages", ["helper"]) is None
+    assert session.why_not_apply() is None
