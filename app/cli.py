@@ -18,7 +18,7 @@ from steps.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, EXIT
 from steps.facts import Facts, load_facts
 from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
-from steps.planner import make_plan, observe_and_plan
+from steps.planner import resolve_and_plan
 from steps.rootfs import RootFS
 from steps.settings import settings
 
@@ -164,20 +164,21 @@ def _version() -> str:
 
 
 def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
-    if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
-        from steps.venv import lock_for_plan
+    from steps.probe import probe
 
+    fs = RootFS(args.root)
+    if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
         facts = load_facts(args.facts)
-        lock, why = lock_for_plan(RootFS(args.root), facts, answers, on_machine=False)
-        return facts, make_plan(facts, answers, lock=lock, notes=(why,) if why else ())
-    return observe_and_plan(RootFS(args.root), answers, resolve=True)
+        return facts, resolve_and_plan(fs, facts, answers, on_machine=False)
+    facts = probe(fs).facts
+    return facts, resolve_and_plan(fs, facts, answers, on_machine=True)
 
 
 def _lock(args: argparse.Namespace, answers: Answers) -> int:
     """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
     from steps.probe import probe
+    from steps.stack.obtain import lock_ahead
     from steps.state import write_atomic
-    from steps.venv import lock_ahead
 
     fs = RootFS(args.root)
     facts = load_facts(args.facts) if args.facts is not None else probe(fs).facts

@@ -18,10 +18,10 @@ from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, Fault, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
-from steps.lock import index_secrets
 from steps.orphans import end_process_tree
 from steps.plan import Action
 from steps.runner import Result, RunnerError
+from steps.stack.index import index_secrets
 from steps.state import ActionRecord
 
 log = logging.getLogger("mlsetup.actions")
@@ -98,7 +98,7 @@ class ActionRunner:
 
     def secrets(self, action: Action) -> dict[str, str]:
         """What an action needs that the plan must not show: the torch index's credentials
-        (steps.lock.index_secrets), given to uv in its environment, never in its argv."""
+        (steps.stack.index.index_secrets), given to uv in its environment, never in its argv."""
         return index_secrets(self.run.req.answers) if action.argv[:1] == ["uv"] else {}
 
     # -- one action's life --------------------------------------------------------------------

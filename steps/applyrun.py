@@ -20,13 +20,13 @@ from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.events import EventSink
 from steps.exitcodes import EXIT_FAILED
 from steps.facts import Facts, load_facts
-from steps.lock import Lock
 from steps.paths import Paths
 from steps.plan import Action
 from steps.probe import probe
 from steps.report import Failure, Outcome, RunResult
 from steps.rootfs import RootFS
 from steps.runner import Runner
+from steps.stack.lock import Lock, PlannedStack
 from steps.state import State, peek_state, save_state
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -68,6 +68,9 @@ class ApplyRequest:
     facts_file: Path | None = None  # a recorded machine (dry runs only)
     dpkg_lock_timeout: float = DPKG_LOCK_TIMEOUT
     lock_fd: int | None = None  # the apply lock its starter took for it (steps.service)
+    # A dry run's stack as the front end planned with it (the wizard's Review): the dry run
+    # walks that plan; None: from knowledge, as a dry run resolves nothing itself
+    planned: PlannedStack | None = None
     # How long a command of an interrupted run (other than a build) is waited for.
     interrupted_wait: float = INTERRUPTED_WAIT
 

@@ -18,8 +18,8 @@ from steps.answers import Answers, ExtensionAnswers, unsafe_directory
 from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
-from steps.lock import Lock, cuda_of_pins, platform_for
 from steps.rootfs import RootFS
+from steps.stack.lock import Lock
 from steps.units import GiB, gib
 from steps.warnings import machine_warnings
 
@@ -83,7 +83,8 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
     k = knowledge()
     warnings: list[str] = machine_warnings(facts)
 
-    build, release = _choose_torch(facts, answers, warnings)
+    torch = choose_torch(facts, answers, warnings)
+    build, release = torch.build, torch.release
     if lock is not None:
         build, release = lock.build, release_of(lock.torch)
     cuda = k.torch.build(build).cuda
@@ -101,7 +102,7 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
     else:
         requirement = "torch"
     python = (
-        PythonChoice(lock.python, _has_python(facts, lock.python), lock.python_reason)
+        PythonChoice(lock.python, has_python(facts, lock.python), lock.python_reason)
         if lock
         else choose_python(facts, answers, release)
     )
@@ -117,7 +118,7 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
                 "CUDA major."
             )
 
-    owner = _owner(facts, answers)
+    owner = venv_owner(facts, answers)
     path = answers.venv.path
     if path == "~" or path.startswith("~/"):
         path = owner.home.rstrip("/") + path[1:]
@@ -151,7 +152,7 @@ def release_of(torch_version: str) -> TorchRelease | None:
     return next((r for r in knowledge().torch.releases if r.series == series), None)
 
 
-def _has_python(facts: Facts, version: str) -> bool:
+def has_python(facts: Facts, version: str) -> bool:
     return any(".".join(p.version.split(".")[:2]) == version for p in facts.pythons)
 
 
@@ -180,7 +181,7 @@ def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) 
                 f"venv.python = {wanted!r}: torch {release.series if release else ''} has no "
                 f'wheels for Python {wanted}; allowed: {", ".join(supported)} (or "auto")'
             )
-        return PythonChoice(wanted, _has_python(facts, wanted))
+        return PythonChoice(wanted, has_python(facts, wanted))
     system = sorted(
         {".".join(p.version.split(".")[:2]) for p in facts.pythons}, key=Version, reverse=True
     )
@@ -202,96 +203,6 @@ def choose_python(facts: Facts, answers: Answers, release: TorchRelease | None) 
     )
 
 
-def python_choice(facts: Facts, answers: Answers) -> PythonChoice:
-    """The venv's Python for the torch release the knowledge picks (choose_python)."""
-    _, release = _choose_torch(facts, answers, [])
-    return choose_python(facts, answers, release)
-
-
-def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
-    """The torch builds a resolution may use, best first: the one the knowledge prefers, then
-    every other these GPUs and this driver (or the driver to be installed) run, newest CUDA
-    first. An explicit torch.cuda is the only one."""
-    preferred, _ = _choose_torch(facts, answers, [])
-    if answers.torch.cuda != "auto" or preferred == "cpu":
-        return [preferred]
-    k = knowledge()
-    ccs = facts.compute_capabilities
-    drv = facts.driver
-    keep_driver = drv is not None and drv.loaded and answers.driver.action == "skip"
-    others = []
-    for name in sorted(k.torch.builds, key=lambda b: Version(_cuda(b)), reverse=True):
-        if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):
-            continue
-        if keep_driver and drv and not k.cuda.driver_runs(drv.version, drv.cuda_max, _cuda(name)):
-            continue
-        others.append(name)
-    return [preferred, *others]
-
-
-def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[str]:
-    """Why `lock` cannot be installed on this machine as the answers want it (empty: it can)."""
-    k = knowledge()
-    out = []
-    arch = facts.os.arch if facts.os else None
-    if lock.platform != platform_for(arch):
-        out.append(f"it is for {lock.platform}; this machine is {platform_for(arch)}")
-    wanted = answers.venv.python
-    if wanted != "auto" and wanted != lock.python:
-        out.append(f"it is for Python {lock.python}; venv.python is {wanted!r}")
-    elif wanted == "auto" and not _has_python(facts, lock.python):
-        # auto keeps a Python the system has when the lock's torch supports it
-        release = release_of(lock.torch)
-        system = [".".join(p.version.split(".")[:2]) for p in facts.pythons]
-        if release is None or any(v in release.pythons for v in system):
-            have = ", ".join(p.version for p in facts.pythons) or "none"
-            out.append(
-                f"it is for Python {lock.python}; this machine has {have} (set venv.python "
-                f'= "{lock.python}" to let uv download it)'
-            )
-    if lock.build not in k.torch.build_names:
-        out.append(f"its torch build {lock.build!r} is not one mlsetup knows")
-        return out
-    build = k.torch.build(lock.build)
-    if build.cuda and not facts.gpus:
-        runtime = cuda_of_pins(lock.packages)
-        wheel = f" (its wheel requires {runtime[1]})" if runtime else ""
-        out.append(
-            f"its torch {lock.torch} is the CUDA {build.cuda} build{wheel}; this machine has no "
-            "NVIDIA GPU"
-        )
-    bad = [cc for cc in facts.compute_capabilities if not build.runs_on(cc)]
-    if bad:
-        out.append(
-            f"its torch {lock.torch} ({lock.build}) has no kernels for compute "
-            f"capability {', '.join(bad)}"
-        )
-    drv = facts.driver
-    if (
-        build.cuda
-        and drv
-        and drv.loaded
-        and answers.driver.action == "skip"
-        and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)
-    ):
-        out.append(
-            f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
-            f"{drv.cuda_max} and driver.action is skip"
-        )
-    if lock.sources and _owner(facts, answers).run_as is None:
-        out.append(
-            f"{', '.join(lock.sources)} {'has' if len(lock.sources) == 1 else 'have'} no wheel, "
-            "only source, and the venv is root's: mlsetup never runs a package's build as root "
-            "(set venv.user to an ordinary account)"
-        )
-    spec = answers.torch.version
-    if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
-        out.append(f"its torch is {lock.torch}; torch.version is {spec!r}")
-    if answers.torch.cuda not in ("auto", lock.build):
-        out.append(f"its torch is the {lock.build} build; torch.cuda is {answers.torch.cuda!r}")
-    return out
-
-
 def _same_major(a: str, b: str) -> bool:
     return a.split(".")[0] == b.split(".")[0]
 
@@ -305,9 +216,16 @@ def _candidate_releases(answers: Answers) -> list[TorchRelease]:
     return [r for r in releases if r.matches(spec)]
 
 
-def _choose_torch(
-    facts: Facts, answers: Answers, warnings: list[str]
-) -> tuple[str, TorchRelease | None]:
+@dataclass(frozen=True)
+class TorchChoice:
+    """The torch the knowledge picks: its build ("cu130", "cpu") and release (None: a
+    torch.version outside the releases mlsetup knows)."""
+
+    build: str
+    release: TorchRelease | None
+
+
+def choose_torch(facts: Facts, answers: Answers, warnings: list[str]) -> TorchChoice:
     """The torch build ("auto" = newest build the GPUs and, if kept, the driver run) and release."""
     k = knowledge()
     releases = _candidate_releases(answers)
@@ -333,7 +251,7 @@ def _choose_torch(
                 + ' or "cpu" (torch on the CPU only)'
             )
     release = next((r for r in releases if build in r.builds or build == "cpu"), None)
-    return build, release
+    return TorchChoice(build, release)
 
 
 def _auto_build(
@@ -347,7 +265,7 @@ def _auto_build(
     gpu_ok: list[str] = []
     # the newest release with a build for these GPUs (2.15 dropped cu126, the last with Volta)
     for builds in [r.builds for r in releases] or [tuple(k.torch.builds)]:
-        by_cuda = sorted(builds, key=lambda b: Version(_cuda(b)), reverse=True)
+        by_cuda = sorted(builds, key=lambda b: Version(torch_cuda(b)), reverse=True)
         gpu_ok = [b for b in by_cuda if all(k.torch.build(b).runs_on(cc, machine) for cc in ccs)]
         if gpu_ok:
             break
@@ -357,8 +275,10 @@ def _auto_build(
     drv = facts.driver
     if drv and drv.loaded and answers.driver.action != "install":
         # Prefer a build the driver runs natively; minor-version compatibility is the fallback.
-        native = [b for b in gpu_ok if k.cuda.driver_runs_natively(drv.cuda_max, _cuda(b))]
-        compatible = [b for b in gpu_ok if k.cuda.driver_runs(drv.version, drv.cuda_max, _cuda(b))]
+        native = [b for b in gpu_ok if k.cuda.driver_runs_natively(drv.cuda_max, torch_cuda(b))]
+        compatible = [
+            b for b in gpu_ok if k.cuda.driver_runs(drv.version, drv.cuda_max, torch_cuda(b))
+        ]
         if native or compatible:
             return (native or compatible)[0]
         if answers.driver.action == "skip":
@@ -374,7 +294,7 @@ def _auto_build(
         else int(answers.driver.branch)
     )
     branch_cuda = k.cuda.newest_supported_by_branch(branch)
-    fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, _cuda(b))]
+    fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))]
     return (fits or gpu_ok)[0]
 
 
@@ -388,7 +308,7 @@ def _builds_that_run(facts: Facts, releases: list[TorchRelease]) -> list[str]:
             for b in names
             if all(k.torch.build(b).runs_on(cc, facts.os.arch) for cc in facts.compute_capabilities)
         ),
-        key=lambda b: Version(_cuda(b)),
+        key=lambda b: Version(torch_cuda(b)),
     )
 
 
@@ -434,11 +354,11 @@ def _gpus_of(facts: Facts, ccs: list[str]) -> str:
     )
 
 
-def _cuda(build: str) -> str:
+def torch_cuda(build: str) -> str:
     return knowledge().torch.build(build).cuda or "0"
 
 
-def _owner(facts: Facts, answers: Answers) -> VenvOwner:
+def venv_owner(facts: Facts, answers: Answers) -> VenvOwner:
     wanted = answers.venv.user
     if wanted == "auto" or (facts.user and facts.user.name == wanted):
         if facts.user is None:

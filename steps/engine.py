@@ -66,6 +66,7 @@ from steps.report import Failure, RunResult, dry_run_summary, make_report, write
 from steps.rootfs import RootFS
 from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
+from steps.stack.lock import PlannedStack
 from steps.state import State, load_state, new_run_id, remove_temporaries
 
 # What app/ and the tests take from here: the engine and its request, the lock, and the
@@ -110,9 +111,10 @@ class Engine:
     def _plan(self) -> tuple[Facts, Plan]:
         if self.req.facts_file is not None:
             facts = self.apply_run.facts()
-            plan = make_plan(facts, self.req.answers, lock=self.apply_run.lock)
+            stack = self._stack()
+            plan = make_plan(facts, self.req.answers, lock=stack.lock, notes=stack.notes)
         else:
-            facts, plan = observe_and_plan(self.apply_run.fs, self.req.answers, self.apply_run.lock)
+            facts, plan = observe_and_plan(self.apply_run.fs, self.req.answers, self._stack())
         if self.plan is None:
             _log_plan(plan)
             self.emit(PlanMade(plan=json.loads(plan.to_json())))
@@ -120,6 +122,14 @@ class Engine:
                 self.apply_run.state.plan = json.loads(plan.to_json())
         self.plan = plan
         return facts, plan
+
+    def _stack(self) -> PlannedStack:
+        """The stack the plan follows: the run's lock, or the one a dry run was planned with
+        (which says why it has none)."""
+        planned = self.req.planned
+        if self.req.dry_run and planned is not None:
+            return planned
+        return PlannedStack(self.apply_run.lock)
 
     # -- the run ------------------------------------------------------------------------------
 

@@ -23,9 +23,10 @@ from steps.answers import Answers
 from steps.buildtools import ninja_path, tool_env
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
-from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock, configured, index_args
 from steps.plan import Action, Step, pending, satisfied
 from steps.sourcetree import SOURCE
+from steps.stack.index import configured, index_args
+from steps.stack.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
 

@@ -42,12 +42,13 @@ from steps.extensions import (
     usable_keys,
     wheel_pin,
 )
-from steps.lock import SHARED_DIR, configured, index_args, local_index
 from steps.plan import Action, Step
 from steps.safefs import open_dir, open_regular, trusted_dir, walk
+from steps.stack.index import configured, index_args, local_index
+from steps.stack.lock import SHARED_DIR
+from steps.stack.uvfailure import Missing, read_failure
 from steps.state import write_atomic
 from steps.units import MiB
-from steps.uvfailure import Missing, read_failure
 from steps.venvstate import VenvState, probe_venv
 from steps.wheels import (
     BUILD_ROOT,

@@ -77,7 +77,7 @@ class Plan(BaseModel):
     schema_: Literal["mlsetup.plan/1"] = Field(alias="schema", default=PLAN_SCHEMA)
     warnings: list[str] = Field(default_factory=list)
     steps: list[Step]
-    # the resolved stack (steps.lock.Lock.summary): torch, its build, every pinned package and
+    # the resolved stack (steps.stack.lock.Lock.summary): torch, its build, every pinned package and
     # what decided torch; null when the plan comes from knowledge (resolution at apply)
     lock: dict | None = None
 

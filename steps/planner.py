@@ -14,10 +14,11 @@ from steps.answers import Answers
 from steps.choices import Choices, check_on_machine, choose
 from steps.extensions import wanted_wheels
 from steps.facts import Facts
-from steps.lock import Lock
 from steps.plan import Plan, Step
 from steps.probe import probe
 from steps.rootfs import RootFS
+from steps.stack.lock import Lock, PlannedStack
+from steps.stack.obtain import lock_for_plan
 from steps.venvstate import VenvState, probe_venv
 from steps.wheels import find_wheels
 
@@ -58,20 +59,29 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
     return out
 
 
-def observe_and_plan(
-    fs: RootFS, answers: Answers, lock: Lock | None = None, resolve: bool = False
-) -> tuple[Facts, Plan]:
-    """Probe this machine (its venv and the wheels built earlier too) and plan for it; with
-    `resolve` (mlsetup plan), resolve the stack first when the index can be reached."""
-    facts = probe(fs).facts
-    notes: tuple[str, ...] = ()
-    if resolve and lock is None:
-        lock, why = venv_step.lock_for_plan(fs, facts, answers)
-        notes = (why,) if why else ()
-    choices = choose(facts, answers, lock)
+def plan_for(
+    fs: RootFS, facts: Facts, answers: Answers, on_machine: bool, stack: PlannedStack
+) -> Plan:
+    """The plan every front end shows (`mlsetup plan`, the wizard, a dry run) for `facts`
+    following `stack`. `on_machine`: the facts are this machine's, so its accounts, its venv and
+    the wheels built earlier are looked at too; a recorded machine's cannot be."""
+    if not on_machine:
+        return make_plan(facts, answers, lock=stack.lock, notes=stack.notes)
+    choices = choose(facts, answers, stack.lock)
     check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
     wheels = find_wheels(
         fs, answers.build.wheelhouse, wanted_wheels(choices, venv), choices.owner.run_as
     )
-    return facts, make_plan(facts, answers, venv, wheels, lock, notes)
+    return make_plan(facts, answers, venv, wheels, stack.lock, stack.notes)
+
+
+def resolve_and_plan(fs: RootFS, facts: Facts, answers: Answers, on_machine: bool) -> Plan:
+    """`mlsetup plan`: resolve the stack first (metadata only) when the index can be reached."""
+    return plan_for(fs, facts, answers, on_machine, lock_for_plan(fs, facts, answers, on_machine))
+
+
+def observe_and_plan(fs: RootFS, answers: Answers, stack: PlannedStack) -> tuple[Facts, Plan]:
+    """Probe this machine (its venv and the wheels built earlier too) and plan for it."""
+    facts = probe(fs).facts
+    return facts, plan_for(fs, facts, answers, True, stack)

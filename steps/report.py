@@ -19,8 +19,8 @@ from steps.choices import Choices
 from steps.diagnose import answers_command
 from steps.events import Failed
 from steps.knowledge import knowledge
-from steps.lock import STATE_LOCK, Lock
 from steps.plan import Plan, Step
+from steps.stack.lock import STATE_LOCK, Lock
 from steps.state import State, write_atomic
 
 REPORT_SCHEMA: Final = "mlsetup.report/1"
@@ -96,7 +96,7 @@ class StepReport(_Strict):
 
 
 class LockReport(_Strict):
-    """The one stack every step followed (steps.lock), and the file itself."""
+    """The one stack every step followed (steps.stack.lock), and the file itself."""
 
     torch: str = Field(description="the locked torch version, e.g. 2.11.0+cu130")
     build: str = Field(description="the PyTorch build: cpu, cu128, ...")

@@ -29,7 +29,7 @@ from steps.leftovers import Leftovers
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.safefs import open_append
-from steps.uvconfig import uv_environment
+from steps.stack.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings

@@ -20,11 +20,12 @@ from steps.events import Notice
 from steps.exitcodes import EXIT_INPUT
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
-from steps.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
 from steps.plan import Action
 from steps.runner import Result
+from steps.stack.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
+from steps.stack.obtain import settle_lock
+from steps.stack.refusal import StackUnavailable
 from steps.state import write_atomic
-from steps.venv import StackUnavailable, settle_lock
 from steps.venv import unlocked_ok as venv_unlocked_ok
 from steps.venvstate import probe_venv
 
@@ -93,6 +94,9 @@ class StackSettler:
             self._keep_lock(lock)
 
     def _settle_lock(self, facts: Facts) -> Lock | None:
+        planned = self.run.req.planned
+        if self.run.req.dry_run and planned is not None:
+            return planned.lock  # the dry run walks the plan its front end showed
         resolving = not self.run.req.dry_run and self.run.state is not None
 
         def resolve(action: Action) -> Result | None:

@@ -1,173 +1,24 @@
 """Wizard step 3: a uv-created venv, owned by the invoking user, holding exactly the locked stack.
 
-Two parts. Before any step runs, `settle_lock` gives the run its lock: the one the answers name
-(`venv.lock`), the one saved for these same inputs, or a new one that uv resolves (torch with the
-chosen build, the packages, the extensions' build requirements, for the target's Python and
-platform). Then `plan` asks whether the venv already holds that lock and, if not, creates the
-venv and installs the lock in one `uv pip sync`, followed by the stack's smoke test.
+Before any step runs, the run has its lock (steps.stack.obtain). `plan` asks whether the venv
+already holds that lock and, if not, creates the venv and installs the lock in one
+`uv pip sync`, followed by the stack's smoke test.
 """
 
 from __future__ import annotations
-
-import tempfile
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from steps.answers import Answers
-from steps.choices import Choices, builds_to_try, choose, lock_problems, python_choice
-from steps.errors import InputError
-from steps.events import EventSink
+from steps.choices import Choices
 from steps.facts import Facts
-from steps.knowledge import knowledge
-from steps.lock import (
-    SMOKE_SCRIPT,
-    STATE_LOCK,
-    Lock,
-    configured,
-    index_args,
-    index_secrets,
-    input_key,
-    load_lock,
-    per_build_index,
-    platform_for,
-    read_lock_file,
-    requirements,
-    sync_argv,
-)
 from steps.plan import Action, Step, pending, satisfied
-from steps.resolve import (
-    Resolution,
-    RunCommand,
-    StackInputs,
-    StackUnavailable,
-    resolver_for,
-)
-from steps.rootfs import RootFS
-from steps.runner import Result, Runner, RunnerError
+from steps.stack.commands import sync_argv
+from steps.stack.index import configured, index_args
+from steps.stack.lock import SMOKE_SCRIPT, Lock
 from steps.venvstate import VenvState
-
-__all__ = ["StackUnavailable", "lock_ahead", "lock_for_plan", "plan", "settle_lock"]
-
-
-# -- the lock ---------------------------------------------------------------------------------
-
-
-def torch_range(answers: Answers, per_build: bool) -> list[str]:
-    """An explicit torch.cuda on an index that serves one build per release (PyPI, a mirror of
-    it): the releases whose PyPI wheel is that build (assets/torch.toml pypi_cuda), as a
-    constraint; the resolved wheel still has to be it."""
-    if per_build or answers.torch.cuda in ("auto", "cpu") or answers.torch.version != "auto":
-        return []
-    k = knowledge()
-    cuda = k.torch.build(answers.torch.cuda).cuda
-    series = [r.series for r in k.torch.releases if r.pypi_cuda == cuda]  # newest first
-    if not series:
-        return []
-    newer = [r.series for r in k.torch.releases if Version(r.series) > Version(series[0])]
-    upper = f",<{newer[-1]}" if newer else ""
-    return [f"torch>={series[-1]}{upper}"]
-
-
-def stack_inputs(
-    facts: Facts, answers: Answers, root: Path | None = None, builds_allowed: bool = True
-) -> StackInputs:
-    """What the resolution these answers ask for on this machine is given. `builds_allowed`:
-    whether an sdist may be built to learn its metadata (a lock made without is another lock)."""
-    base = choose(facts, answers)
-    # what the extensions' builds need, and their wheels at run time (installed --no-deps)
-    build_requires = [
-        r
-        for t in base.build_targets
-        for r in ("pip", *t.recipe.build_requires, *t.recipe.runtime_requires)
-    ]
-    reqs = requirements(answers, build_requires)
-    platform = platform_for(facts.os.arch if facts.os else None)
-    index = configured(root)
-    per_build = per_build_index(answers, index)
-    builds = builds_to_try(facts, answers)
-    builds = builds if per_build else builds[:1]
-    constraints = torch_range(answers, per_build)
-    python = python_choice(facts, answers)
-    python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version
-    index_used = index_args(answers, builds[0], index) + ([] if builds_allowed else ["--no-build"])
-    key = input_key([*reqs, *constraints], python_key, platform, builds, index_used)
-    return StackInputs(reqs, constraints, python, platform, builds, index, key)
-
-
-def settle_lock(
-    fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None, on_machine: bool = True
-) -> Lock | None:
-    """The run's lock: `venv.lock` (checked against this machine), the saved one when these
-    inputs made it, else a new resolution (`run` None: None, plan from knowledge). InputError
-    when no torch satisfies the packages here. `on_machine`: `facts` are this machine's (its
-    venv owner resolves when a build is needed), not a recorded one's."""
-    if answers.venv.lock:
-        lock = read_lock_file(fs.path(answers.venv.lock), f"venv.lock {answers.venv.lock!r}")
-        if problems := lock_problems(facts, answers, lock):
-            raise InputError(
-                f"venv.lock {answers.venv.lock!r} does not fit this machine: " + "; ".join(problems)
-            )
-        return lock
-    owner = choose(facts, answers).owner.run_as
-    resolver = resolver_for(fs, owner, on_machine)
-    inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
-    saved = fs.read_text(STATE_LOCK)
-    if saved:
-        try:
-            lock = load_lock(saved, STATE_LOCK)
-        except InputError:
-            pass  # damaged: resolve again and replace it
-        else:
-            if lock.key == inputs.key:
-                return lock
-    if run is None:
-        return None
-    return Resolution(facts, answers, inputs, run, resolver).lock()
-
-
-def _plan_runner(fs: RootFS, answers: Answers, logs: Path) -> RunCommand:
-    drop: EventSink = lambda event: None  # noqa: E731
-
-    def run(action: Action) -> Result | None:
-        try:
-            return Runner(fs, drop).run(
-                action, logs / f"{action.id}.log", extra_env=index_secrets(answers)
-            )
-        except RunnerError:
-            return None
-
-    return run
-
-
-def lock_for_plan(
-    fs: RootFS, facts: Facts, answers: Answers, on_machine: bool = True
-) -> tuple[Lock | None, str | None]:
-    """`mlsetup plan`: the lock a resolution gives now (metadata only, nothing written under
-    the root), or None and why when the index cannot be reached."""
-    with tempfile.TemporaryDirectory(prefix="mlsetup-plan-") as tmp:
-        try:
-            run = _plan_runner(fs, answers, Path(tmp))
-            return settle_lock(fs, facts, answers, run, on_machine), None
-        except StackUnavailable as exc:
-            return None, f"{exc}; the resolution happens at apply, planned from knowledge"
-
-
-def lock_ahead(fs: RootFS, facts: Facts, answers: Answers, on_machine: bool) -> Lock:
-    """`mlsetup lock`: the hashed lock for `facts` (a recorded machine or this one), resolved
-    now; an index that cannot be reached is invalid input here (exit 2)."""
-    with tempfile.TemporaryDirectory(prefix="mlsetup-lock-") as tmp:
-        try:
-            lock = settle_lock(fs, facts, answers, _plan_runner(fs, answers, Path(tmp)), on_machine)
-        except StackUnavailable as exc:
-            raise InputError(f"{exc}; no lock written") from None
-    assert lock is not None  # a runner was given
-    return lock
-
-
-# -- the step ---------------------------------------------------------------------------------
 
 
 def _same(installed: str | None, locked: str) -> bool:

@@ -247,7 +247,7 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
         pytest.skip(f"no Python {version} on this machine (PATH, pyenv, uv python find)")
     uv = str(uv_binary)
     # no Python is fetched; the index is reached with the system's certificates, as mlsetup's
-    # own uv is (steps/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
+    # own uv is (steps/stack/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
     no_download = {"UV_SYSTEM_CERTS": "true", **os.environ, "UV_PYTHON_DOWNLOADS": "never"}
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True, env=no_download)

@@ -12,9 +12,9 @@ from steps.answers import answers_from_toml
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
-from steps.lock import Lock
 from steps.plan import STEP_ORDER, ActionKind, Plan
 from steps.planner import make_plan
+from steps.stack.lock import Lock
 from steps.venvstate import VenvState
 from tests.common import MACHINES, run_cli
 
@@ -314,7 +314,7 @@ def test_with_a_lock_every_install_after_the_sync_comes_from_it():
 
 def test_flash_attns_runtime_requirement_is_resolved_with_the_stack():
     """Its wheel goes in --no-deps: einops (its setup.py install_requires) must be in the lock."""
-    from steps.venv import stack_inputs
+    from steps.stack.inputs import stack_inputs
 
     reqs = stack_inputs(load_facts(H200), answers_from_toml(FLASH_ATTN, "t")).requirements
     assert "einops" in reqs and "pip" in reqs and "psutil" in reqs

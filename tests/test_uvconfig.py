@@ -1,5 +1,6 @@
-"""uv runs with the system's certificates and the operator's index settings (steps/uvconfig.py),
-checked on the environment the runner builds and with the real uv against a local index."""
+"""uv runs with the system's certificates and the operator's index settings
+(steps/stack/uvconfig.py), checked on the environment the runner builds and with the real uv
+against a local index."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import ClassVar
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.runner import CARRIED, Runner, carried_environment
-from steps.uvconfig import uv_environment
+from steps.stack.uvconfig import uv_environment
 
 PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"
 

@@ -90,12 +90,29 @@ class WizardApp(App[int]):
             self.add_class("-plain")
             ScrollBar.renderer = AsciiScrollBarRender
         self.set_interval(FLUSH_INTERVAL, self.feed.flush)
+        if self.opening == "wizard":
+            self.session.on_change = self.resolve_stack
+            self.resolve_stack()
         if self.opening == "attach":
             self.runs.attach()
         elif self.opening == "resume" and self.state is not None:
             self.push_screen(ResumeScreen(self.state))
         else:
             self.push_screen(MachineScreen())
+
+    def resolve_stack(self) -> None:
+        """Resolve the stack for the answers as they are now, in a worker thread (uv takes
+        seconds to a minute); the screen in front shows the plan again when it is done."""
+        if self.session.stack() is None and self.session.stack_refused() is None:
+            self.run_worker(self._resolve, thread=True, group="stack")
+
+    def _resolve(self) -> None:
+        self.session.resolve_stack()
+        self.call_from_thread(self._stack_resolved)
+
+    def _stack_resolved(self) -> None:
+        if isinstance(self.screen, WizardScreen):
+            self.screen.call_later(self.screen.stack_resolved)
 
     def on_unmount(self) -> None:
         ScrollBar.renderer = self._scrollbars

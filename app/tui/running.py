@@ -137,6 +137,7 @@ class RunControl:
             answers_path=None,
             dry_run=True,
             facts_file=s.facts_file,
+            planned=s.stack(),  # the dry run walks the plan Review showed
         )
         try:
             return Engine(s.fs, request, self.feed).run()

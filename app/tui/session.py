@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,16 +22,16 @@ from steps.answers import Answers, load_answers
 from steps.choices import Choices, choose
 from steps.engine import ApplyLock
 from steps.errors import InputError, describe_validation_error
-from steps.extensions import wanted_wheels
 from steps.facts import Facts, load_facts
 from steps.paths import STATE_DIR, Paths
 from steps.plan import Plan
-from steps.planner import make_plan
+from steps.planner import plan_for
 from steps.probe import probe
 from steps.rootfs import RootFS
+from steps.stack.lock import PlannedStack
+from steps.stack.obtain import lock_for_plan
 from steps.state import CorruptState, State, load_state, write_atomic
 from steps.venvstate import VenvState, probe_venv
-from steps.wheels import find_wheels
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
 DEFAULT_SAVE = "./mlsetup-answers.toml"
@@ -94,6 +95,11 @@ class Session:
     answers_file: Path | None = None
     notes: list[str] = field(default_factory=list)
     is_root: bool = field(default_factory=lambda: os.geteuid() == 0)
+    # the stack resolved for each answers seen (their JSON), and for those uv refused, why
+    stacks: dict[str, PlannedStack] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    # called after an accepted change of the answers: the app resolves their stack again
+    on_change: Callable[[], None] | None = None
 
     @classmethod
     def load(
@@ -118,33 +124,52 @@ class Session:
             answers_file=answers,
             notes=notes,
         )
-        session.choices()  # answers this machine refuses (a branch its GPUs lack): exit 2 now
+        # answers this machine refuses (a branch its GPUs lack, no such venv.user): exit 2 now
+        session.plan()
         return session
 
     # -- what the engine would do -------------------------------------------------------------
 
     def choices(self) -> Choices:
-        return choose(self.facts, self.answers)
+        stack = self.stack()
+        return choose(self.facts, self.answers, stack.lock if stack else None)
 
     def venv(self) -> VenvState | None:
         if self.facts_file is not None:  # a recorded machine: its venv cannot be looked at
             return None
         return probe_venv(self.fs, self.choices().venv_path)
 
+    @property
+    def on_machine(self) -> bool:
+        """The facts are this machine's (not a recorded one's)."""
+        return self.facts_file is None
+
+    def stack(self) -> PlannedStack | None:
+        """The stack resolved for the answers as they are now; None: not (yet) resolved."""
+        return self.stacks.get(self.answers.model_dump_json())
+
+    def stack_refused(self) -> str | None:
+        """Why uv refused the answers as they are now (their packages do not resolve here)."""
+        return self.refused.get(self.answers.model_dump_json())
+
+    def resolve_stack(self) -> None:
+        """Resolve the stack for the answers as they are now, as `mlsetup plan` does (uv,
+        metadata only, nothing written): seconds to a minute, so the app calls this in a
+        worker thread and shows the plan again when it returns."""
+        answers = self.answers
+        key = answers.model_dump_json()
+        try:
+            self.stacks[key] = lock_for_plan(self.fs, self.facts, answers, self.on_machine)
+        except InputError as exc:
+            self.refused[key] = str(exc)
+
     def plan(self) -> Plan:
-        """The plan `mlsetup plan` prints for these answers (steps.planner.observe_and_plan, on
-        the facts probed when the wizard opened)."""
-        if self.facts_file is not None:
-            return make_plan(self.facts, self.answers)
-        choices = self.choices()
-        venv = probe_venv(self.fs, choices.venv_path)
-        wheels = find_wheels(
-            self.fs,
-            self.answers.build.wheelhouse,
-            wanted_wheels(choices, venv),
-            choices.owner.run_as,
-        )
-        return make_plan(self.facts, self.answers, venv, wheels)
+        """The plan `mlsetup plan` prints for these answers (steps.planner.plan_for, on the
+        facts probed when the wizard opened) once their stack is resolved; until then, and
+        when uv refused them (the reason first), planned from knowledge."""
+        refused = self.stack_refused()
+        stack = PlannedStack(None, refused) if refused else self.stack() or PlannedStack(None)
+        return plan_for(self.fs, self.facts, self.answers, self.on_machine, stack)
 
     @property
     def machine_label(self) -> str:
@@ -191,6 +216,8 @@ class Session:
             self.answers = before
             value = get_key(data, key) if key else ""
             return f"{key} = {json.dumps(value)}: {' '.join(str(exc).split())}"
+        if self.on_change is not None:
+            self.on_change()
         return None
 
     # -- files --------------------------------------------------------------------------------
@@ -219,6 +246,8 @@ class Session:
 
     def why_not_apply(self) -> str | None:
         """Why this session cannot apply (None: it can)."""
+        if refused := self.stack_refused():
+            return refused
         if self.dry_run:
             return None
         if self.facts_file is not None:

@@ -129,7 +129,7 @@ class Bench:
 
 
 def requirements_of(stack: Stack) -> list[str]:
-    """What mlsetup asks uv for: the packages, then torch (steps.lock.requirements)."""
+    """What mlsetup asks uv for: the packages, then torch (steps.stack.inputs.requirements)."""
     torch = stack.torch.split('"')[1] if stack.torch.startswith("version") else ""
     names = [re.split(r"[<>=!~\[; ]", p, maxsplit=1)[0].lower() for p in stack.packages]
     return [*stack.packages] + ([f"torch{torch}"] if "torch" not in names or torch else [])

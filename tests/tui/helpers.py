@@ -88,6 +88,18 @@ async def wait_until(
         await pilot.pause()
 
 
+async def stack_resolved(pilot: Pilot) -> None:
+    """The wizard's resolution of the answers' stack (a worker running uv) has returned and
+    the screen in front shows its plan."""
+    app = pilot.app
+    await wait_until(
+        pilot,
+        lambda: all(w.is_finished for w in app.workers if w.group == "stack"),
+        what="the stack's resolution",
+    )
+    await pilot.pause()
+
+
 async def walk_to_review(pilot: Pilot) -> None:
     """Machine → Driver → Toolkit → Venv → Extensions → Review, pressing Enter each time."""
     app = pilot.app

@@ -20,7 +20,7 @@ from steps.facts import load_facts
 from steps.rootfs import RootFS
 from tests.fakemachine import FakeMachine
 from tests.tui import scenes
-from tests.tui.helpers import dry_session, machine, wait_until
+from tests.tui.helpers import dry_session, machine, stack_resolved, wait_until
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 EXAMPLE = Path(__file__).resolve().parents[2] / "assets" / "answers.example.toml"
@@ -81,6 +81,7 @@ def still(run_before):
     async def steady(pilot) -> None:
         if run_before is not None:
             await run_before(pilot)
+        await stack_resolved(pilot)  # the plan as uv's resolution left it, not before
         for screen in pilot.app.screen_stack:
             for box in screen.query(Input):
                 box.cursor_blink = False

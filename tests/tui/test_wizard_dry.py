@@ -13,15 +13,21 @@ from app.tui.screens.modals import HelpScreen
 from app.tui.screens.run import RunScreen
 from app.tui.screens.step import StepScreen
 from app.tui.screens.summary import SummaryScreen
+from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
 from steps import events as ev
+from steps.answers import load_answers
+from steps.facts import load_facts
+from steps.rootfs import RootFS
 from tests.common import run_cli
+from tests.pkgindex import standard_index
 from tests.tui.helpers import (
     Recorder,
     apply_confirmed,
     dry_session,
     machine,
     shown,
+    stack_resolved,
     wait_until,
     walk_to_review,
 )
@@ -61,7 +67,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert "flash-attn 2.8.3: compute 12.0, CUDA_HOME /usr/local/cuda-13.0" in text
         assert "FLASH_ATTN_CUDA_ARCHS=120" in text
 
-        await pilot.press("enter")  # Review
+        await pilot.press("enter")  # Review, once uv has resolved the stack (in a worker)
+        await stack_resolved(pilot)
         plan_shown = app.screen.controller.plan_json()
         assert "The plan:" in shown(app)
         # the dry run asks first, as a real apply does, marked as a dry run
@@ -115,6 +122,39 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
     )
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout) == plan_shown
+
+
+async def test_the_wizard_plans_the_stack_uv_resolves_exactly_as_mlsetup_plan(
+    tmp_path, monkeypatch
+):
+    """The wizard resolves the answers' stack in a worker (real uv, a local index), and what it
+    shows follows the lock: a package that pins torch 2.9.0 moves torch to the cu128 build and
+    the toolkit to CUDA 12.8 (knowledge alone says 2.15 and 13.0); the plan is `mlsetup plan`'s."""
+    index = standard_index(tmp_path / "pkgs")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index.default_url)
+    answers = tmp_path / "answers.toml"
+    answers.write_text(
+        f'version = 1\n[torch]\nindex_url = "{index.torch_url}"\npackages = ["vllmish"]\n'
+    )
+    app = WizardApp(dry_session("rtx-pro-6000-ubuntu2404", answers))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await stack_resolved(pilot)
+        await pilot.press("enter", "enter")  # Driver, then Toolkit
+        await pilot.pause()
+        assert "cuda-toolkit-12-8" in shown(app)
+        plan = json.loads(app.session.plan().to_json())
+    assert plan["lock"]["torch"] == "2.9.0+cu128"
+    assert plan["lock"]["decided_by"] == ["vllmish"]
+    replay = run_cli(
+        "plan",
+        "--json",
+        "--answers",
+        str(answers),
+        "--facts",
+        str(machine("rtx-pro-6000-ubuntu2404")),
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout) == plan
 
 
 async def test_invalid_choices_are_refused_in_place_with_the_reason():
@@ -233,3 +273,40 @@ async def _to_review(pilot):
 
 def _review_text(app) -> str:
     return shown(app)
+
+
+def test_the_wizard_refuses_a_venv_account_this_machine_lacks_as_mlsetup_plan_does(tmp_path):
+    """The wizard of this machine (not a recorded one) checks venv.user against its accounts,
+    as `mlsetup plan` does: a name it lacks is refused in place, the answers keep theirs."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text("ml:x:1000:1000::/home/ml:/bin/bash\n")
+    session = Session(
+        fs=RootFS(tmp_path),
+        facts=load_facts(machine("rtx-pro-6000-ubuntu2404")),
+        answers=load_answers(None),
+        dry_run=True,
+    )
+    why = session.set_value("venv.user", "nosuch")
+    assert why is not None and 'venv.user = "nosuch": no such account' in why
+    assert session.answers.venv.user == "auto"
+    assert session.set_value("venv.user", "ml") is None
+
+
+def test_a_stack_uv_refuses_is_the_plans_first_warning_and_why_the_wizard_cannot_run_it(
+    tmp_path, monkeypatch
+):
+    """What `mlsetup plan` exits 2 with (a package the index lacks) the wizard says first, and
+    it starts nothing until the answers change."""
+    index = standard_index(tmp_path / "pkgs")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index.default_url)
+    answers = tmp_path / "answers.toml"
+    answers.write_text(
+        f'version = 1\n[torch]\nindex_url = "{index.torch_url}"\npackages = ["nosuchpkg"]\n'
+    )
+    session = dry_session("rtx-pro-6000-ubuntu2404", answers)
+    session.resolve_stack()
+    refusal = "torch.packages ['nosuchpkg']: no nosuchpkg on"
+    assert session.plan().warnings[0].startswith(refusal)
+    assert (session.why_not_apply() or "").startswith(refusal)
+    assert session.set_value("torch.packages", ["helper"]) is None
+    assert session.why_not_apply() is None

@@ -147,6 +147,11 @@ class WizardScreen(Screen):
             self.call_after_refresh(self._recompute)
         self._shown = True
 
+    async def stack_resolved(self) -> None:
+        """The stack of the answers was resolved: show what follows from it."""
+        if self.RECOMPUTE:
+            await self._recompute()
+
     async def _recompute(self) -> None:
         if self.app.screen is self and self.is_attached:
             await self.recompose()

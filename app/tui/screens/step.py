@@ -111,6 +111,9 @@ class StepScreen(WizardScreen):
                 yield Button("Add", id="add", classes="small")
             yield Static("", id="add-error", classes="field-error", markup=False)
 
+    async def stack_resolved(self) -> None:
+        await self.refresh_plan()  # in place: a field being edited keeps its focus
+
     async def refresh_plan(self) -> None:
         c = self.controller
         await self.query_one("#commands", PlanView).show([c.step()])

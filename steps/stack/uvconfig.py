@@ -10,7 +10,7 @@ by itself, and pip reads PIP_* and /etc/pip.conf. What uv does not read is pip's
 whose operator set a PyPI mirror for pip only, uv would go to pypi.org. So when no uv index is
 configured, pip's index-url / extra-index-url become UV_DEFAULT_INDEX / UV_INDEX.
 `configured_index` says which default index that is: the stack's resolution then uses it alone
-(steps.lock.index_args), never PyTorch's index or PyPI beside it.
+(steps.stack.index.index_args), never PyTorch's index or PyPI beside it.
 """
 
 from __future__ import annotations

@@ -182,11 +182,18 @@ def _conflict(cause: str, a: str, b: str) -> Conflict:
     return Conflict((a, b), shared, (deps_a[shared], deps_b[shared]))
 
 
-def torch_pin(failure: Failure) -> tuple[str, str] | None:
-    """(package, torch specifier) when the failure is a package's torch that this build's index
-    does not have: another build's index may."""
+@dataclass(frozen=True)
+class TorchPin:
+    """A torch this build's index does not have: `spec`, required `by` a package
+    ("vllm==0.11.2") or by the answers ("torch.version"). Another build's index may have it."""
+
+    by: str
+    spec: str
+
+
+def torch_pin(failure: Failure) -> TorchPin | None:
     if isinstance(failure, Missing) and canonicalize_name(failure.package) == "torch":
-        return (failure.by or "torch.version", failure.spec or "")
+        return TorchPin(failure.by or "torch.version", failure.spec or "")
     return None
 
 

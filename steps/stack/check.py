@@ -1,0 +1,115 @@
+"""A lock checked against the machine and the answers: whether it can be installed here as
+they want it (`venv.lock` from another host, a saved lock, a new resolution's torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+
+from steps.answers import Answers
+from steps.choices import has_python, release_of, venv_owner
+from steps.facts import Facts
+from steps.knowledge import knowledge
+from steps.stack.lock import Lock, cuda_of_pins, platform_for
+
+ProblemKind = Literal[
+    "platform", "python", "build", "no-gpu", "kernels", "driver", "sources", "version", "cuda"
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a lock does not fit: what it is about (`kind`: a resolution for a Python the
+    machine lacks is still a lock, the torch it holds must run) and the sentence that says so."""
+
+    kind: ProblemKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[Problem]:
+    """Why `lock` cannot be installed on this machine as the answers want it (empty: it can)."""
+    k = knowledge()
+    out: list[Problem] = []
+    arch = facts.os.arch if facts.os else None
+    if lock.platform != platform_for(arch):
+        out.append(
+            Problem("platform", f"it is for {lock.platform}; this machine is {platform_for(arch)}")
+        )
+    wanted = answers.venv.python
+    if wanted != "auto" and wanted != lock.python:
+        out.append(Problem("python", f"it is for Python {lock.python}; venv.python is {wanted!r}"))
+    elif wanted == "auto" and not has_python(facts, lock.python):
+        # auto keeps a Python the system has when the lock's torch supports it
+        release = release_of(lock.torch)
+        system = [".".join(p.version.split(".")[:2]) for p in facts.pythons]
+        if release is None or any(v in release.pythons for v in system):
+            have = ", ".join(p.version for p in facts.pythons) or "none"
+            out.append(
+                Problem(
+                    "python",
+                    f"it is for Python {lock.python}; this machine has {have} (set venv.python "
+                    f'= "{lock.python}" to let uv download it)',
+                )
+            )
+    if lock.build not in k.torch.build_names:
+        out.append(Problem("build", f"its torch build {lock.build!r} is not one mlsetup knows"))
+        return out
+    build = k.torch.build(lock.build)
+    if build.cuda and not facts.gpus:
+        runtime = cuda_of_pins(lock.packages)
+        wheel = f" (its wheel requires {runtime.pin})" if runtime else ""
+        out.append(
+            Problem(
+                "no-gpu",
+                f"its torch {lock.torch} is the CUDA {build.cuda} build{wheel}; this machine has "
+                "no NVIDIA GPU",
+            )
+        )
+    bad = [cc for cc in facts.compute_capabilities if not build.runs_on(cc)]
+    if bad:
+        out.append(
+            Problem(
+                "kernels",
+                f"its torch {lock.torch} ({lock.build}) has no kernels for compute "
+                f"capability {', '.join(bad)}",
+            )
+        )
+    drv = facts.driver
+    if (
+        build.cuda
+        and drv
+        and drv.loaded
+        and answers.driver.action == "skip"
+        and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)
+    ):
+        out.append(
+            Problem(
+                "driver",
+                f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
+                f"{drv.cuda_max} and driver.action is skip",
+            )
+        )
+    if lock.sources and venv_owner(facts, answers).run_as is None:
+        out.append(
+            Problem(
+                "sources",
+                f"{', '.join(lock.sources)} {'has' if len(lock.sources) == 1 else 'have'} no "
+                "wheel, only source, and the venv is root's: mlsetup never runs a package's "
+                "build as root (set venv.user to an ordinary account)",
+            )
+        )
+    spec = answers.torch.version
+    if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
+        out.append(Problem("version", f"its torch is {lock.torch}; torch.version is {spec!r}"))
+    if answers.torch.cuda not in ("auto", lock.build):
+        out.append(
+            Problem(
+                "cuda", f"its torch is the {lock.build} build; torch.cuda is {answers.torch.cuda!r}"
+            )
+        )
+    return out

@@ -1,0 +1,144 @@
+"""What one resolution of the stack is asked: the requirements in the order uv should follow,
+the Python (or the candidates "auto" picks from), the platform, the torch builds to try best
+first, and the key of all that (a saved lock of the same key is reused)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from steps.answers import Answers
+from steps.choices import PythonChoice, choose, choose_python, choose_torch, torch_cuda
+from steps.facts import Facts
+from steps.knowledge import knowledge
+from steps.stack.index import configured, index_args, per_build_index
+from steps.stack.lock import platform_for
+
+
+@dataclass(frozen=True)
+class StackInputs:
+    """What one resolution is asked: requirements in order, constraints (a range of torch for an
+    explicit torch.cuda on a one-index mirror), the Python (or candidates to choose from), the
+    platform, the builds to try best first, the configured index, and the key of all that."""
+
+    requirements: list[str]
+    constraints: list[str]
+    python: PythonChoice
+    platform: str
+    builds: list[str]
+    configured: str | None
+    key: str
+
+
+def requirement_name(req: str) -> str:
+    return canonicalize_name(re.split(r"[\s<>=!~\[;@]", req, maxsplit=1)[0])
+
+
+def requirements(answers: Answers, build_requires: list[str]) -> list[str]:
+    """What the lock must satisfy, in order: the packages, then torch (as the answers pin it),
+    then the extensions' build requirements (pip among them: the build runs `pip wheel`). uv's
+    backtracking follows the order: with a bare torch first it keeps the newest torch and walks
+    the packages back instead (forty everyday packages locked to a 2023 vllm that way)."""
+    spec = "" if answers.torch.version == "auto" else answers.torch.version
+    out = [*answers.torch.packages]
+    names = {requirement_name(r) for r in out}
+    if "torch" not in names or spec:
+        out.append(f"torch{spec}")
+        names.add("torch")
+    for req in build_requires:
+        name = requirement_name(req)
+        if name not in names:
+            names.add(name)
+            out.append(req)
+    return out
+
+
+def input_key(
+    reqs: list[str], python: str, platform: str, builds: list[str], index: list[str]
+) -> str:
+    data = {
+        "requirements": reqs,
+        "python": python,
+        "platform": platform,
+        "builds": builds,
+        "index": index,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def torch_range(answers: Answers, per_build: bool) -> list[str]:
+    """An explicit torch.cuda on an index that serves one build per release (PyPI, a mirror of
+    it): the releases whose PyPI wheel is that build (assets/torch.toml pypi_cuda), as a
+    constraint; the resolved wheel still has to be it."""
+    if per_build or answers.torch.cuda in ("auto", "cpu") or answers.torch.version != "auto":
+        return []
+    k = knowledge()
+    cuda = k.torch.build(answers.torch.cuda).cuda
+    series = [r.series for r in k.torch.releases if r.pypi_cuda == cuda]  # newest first
+    if not series:
+        return []
+    newer = [r.series for r in k.torch.releases if Version(r.series) > Version(series[0])]
+    upper = f",<{newer[-1]}" if newer else ""
+    return [f"torch>={series[-1]}{upper}"]
+
+
+def python_choice(facts: Facts, answers: Answers) -> PythonChoice:
+    """The venv's Python for the torch release the knowledge picks (choose_python)."""
+    return choose_python(facts, answers, choose_torch(facts, answers, []).release)
+
+
+def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
+    """The torch builds a resolution may use, best first: the one the knowledge prefers, then
+    every other these GPUs and this driver (or the driver to be installed) run, newest CUDA
+    first. An explicit torch.cuda is the only one."""
+    preferred = choose_torch(facts, answers, []).build
+    if answers.torch.cuda != "auto" or preferred == "cpu":
+        return [preferred]
+    k = knowledge()
+    ccs = facts.compute_capabilities
+    drv = facts.driver
+    keep_driver = drv is not None and drv.loaded and answers.driver.action == "skip"
+    others = []
+    for name in sorted(k.torch.builds, key=lambda b: Version(torch_cuda(b)), reverse=True):
+        if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):
+            continue
+        if (
+            keep_driver
+            and drv
+            and not k.cuda.driver_runs(drv.version, drv.cuda_max, torch_cuda(name))
+        ):
+            continue
+        others.append(name)
+    return [preferred, *others]
+
+
+def stack_inputs(
+    facts: Facts, answers: Answers, root: Path | None = None, builds_allowed: bool = True
+) -> StackInputs:
+    """What the resolution these answers ask for on this machine is given. `builds_allowed`:
+    whether an sdist may be built to learn its metadata (a lock made without is another lock)."""
+    base = choose(facts, answers)
+    # what the extensions' builds need, and their wheels at run time (installed --no-deps)
+    build_requires = [
+        r
+        for t in base.build_targets
+        for r in ("pip", *t.recipe.build_requires, *t.recipe.runtime_requires)
+    ]
+    reqs = requirements(answers, build_requires)
+    platform = platform_for(facts.os.arch if facts.os else None)
+    index = configured(root)
+    per_build = per_build_index(answers, index)
+    builds = builds_to_try(facts, answers)
+    builds = builds if per_build else builds[:1]
+    constraints = torch_range(answers, per_build)
+    python = python_choice(facts, answers)
+    python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version
+    index_used = index_args(answers, builds[0], index) + ([] if builds_allowed else ["--no-build"])
+    key = input_key([*reqs, *constraints], python_key, platform, builds, index_used)
+    return StackInputs(reqs, constraints, python, platform, builds, index, key)

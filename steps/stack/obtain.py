@@ -1,0 +1,97 @@
+"""Where a run's lock comes from: the one the answers name (`venv.lock`, checked against this
+machine), the one saved for these same inputs, or a new one uv resolves (torch with the chosen
+build, the packages, the extensions' build requirements, for the target's Python and platform);
+and the lock `mlsetup plan` and `mlsetup lock` resolve ahead of an apply (metadata only)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from steps.answers import Answers
+from steps.choices import choose
+from steps.errors import InputError
+from steps.events import EventSink
+from steps.facts import Facts
+from steps.plan import Action
+from steps.rootfs import RootFS
+from steps.runner import Result, Runner, RunnerError
+from steps.stack.check import lock_problems
+from steps.stack.index import index_secrets
+from steps.stack.inputs import stack_inputs
+from steps.stack.lock import STATE_LOCK, Lock, PlannedStack, load_lock, read_lock_file
+from steps.stack.refusal import StackUnavailable
+from steps.stack.resolve import Resolution, RunCommand, resolver_for
+
+
+def settle_lock(
+    fs: RootFS, facts: Facts, answers: Answers, run: RunCommand | None, on_machine: bool = True
+) -> Lock | None:
+    """The run's lock: `venv.lock` (checked against this machine), the saved one when these
+    inputs made it, else a new resolution (`run` None: None, plan from knowledge). InputError
+    when no torch satisfies the packages here. `on_machine`: `facts` are this machine's (its
+    venv owner resolves when a build is needed), not a recorded one's."""
+    if answers.venv.lock:
+        lock = read_lock_file(fs.path(answers.venv.lock), f"venv.lock {answers.venv.lock!r}")
+        if problems := lock_problems(facts, answers, lock):
+            raise InputError(
+                f"venv.lock {answers.venv.lock!r} does not fit this machine: "
+                + "; ".join(p.text for p in problems)
+            )
+        return lock
+    owner = choose(facts, answers).owner.run_as
+    resolver = resolver_for(fs, owner, on_machine)
+    inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
+    saved = fs.read_text(STATE_LOCK)
+    if saved:
+        try:
+            lock = load_lock(saved, STATE_LOCK)
+        except InputError:
+            pass  # damaged: resolve again and replace it
+        else:
+            if lock.key == inputs.key:
+                return lock
+    if run is None:
+        return None
+    return Resolution(facts, answers, inputs, run, resolver).lock()
+
+
+def _plan_runner(fs: RootFS, answers: Answers, logs: Path) -> RunCommand:
+    drop: EventSink = lambda event: None  # noqa: E731
+
+    def run(action: Action) -> Result | None:
+        try:
+            return Runner(fs, drop).run(
+                action, logs / f"{action.id}.log", extra_env=index_secrets(answers)
+            )
+        except RunnerError:
+            return None
+
+    return run
+
+
+def lock_for_plan(
+    fs: RootFS, facts: Facts, answers: Answers, on_machine: bool = True
+) -> PlannedStack:
+    """`mlsetup plan`: the lock a resolution gives now (metadata only, nothing written under
+    the root), or none and why when the index cannot be reached."""
+    with tempfile.TemporaryDirectory(prefix="mlsetup-plan-") as tmp:
+        try:
+            run = _plan_runner(fs, answers, Path(tmp))
+            return PlannedStack(settle_lock(fs, facts, answers, run, on_machine))
+        except StackUnavailable as exc:
+            return PlannedStack(
+                None, f"{exc}; the resolution happens at apply, planned from knowledge"
+            )
+
+
+def lock_ahead(fs: RootFS, facts: Facts, answers: Answers, on_machine: bool) -> Lock:
+    """`mlsetup lock`: the hashed lock for `facts` (a recorded machine or this one), resolved
+    now; an index that cannot be reached is invalid input here (exit 2)."""
+    with tempfile.TemporaryDirectory(prefix="mlsetup-lock-") as tmp:
+        try:
+            lock = settle_lock(fs, facts, answers, _plan_runner(fs, answers, Path(tmp)), on_machine)
+        except StackUnavailable as exc:
+            raise InputError(f"{exc}; no lock written") from None
+    assert lock is not None  # a runner was given
+    return lock

@@ -1,0 +1,170 @@
+"""The refusals of a resolution: each cause uv reports (steps.stack.uvfailure) as the message a
+person acts on, naming the index it used and what would work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from steps.answers import Answers
+from steps.errors import InputError, MlsetupError
+from steps.facts import Facts
+from steps.knowledge import knowledge
+from steps.stack.check import Problem
+from steps.stack.index import index_label
+from steps.stack.inputs import StackInputs
+from steps.stack.lock import Lock, cuda_of_pins
+from steps.stack.uvfailure import (
+    BuildFailed,
+    Conflict,
+    Failure,
+    Missing,
+    NeedsBuild,
+    NoPythonWheel,
+    Unreachable,
+    UvFailed,
+)
+
+
+class StackUnavailable(MlsetupError):
+    """uv could not resolve for a reason other than the requirements (no index, no network).
+    `action`: the id of the resolution that failed, when one ran."""
+
+    def __init__(self, message: str, action: str | None = None) -> None:
+        super().__init__(message)
+        self.action = action
+
+
+@dataclass
+class Attempts:
+    """The builds tried before one resolved (or none did)."""
+
+    notes: list[str] = field(default_factory=list)  # what was tried, for the lock's note
+    pinned_by: list[str] = field(default_factory=list)  # who required a torch a build lacked
+    torch_spec: str = ""
+
+
+class Refusals:
+    """The messages for one resolution's failures: `who` ran uv."""
+
+    def __init__(self, facts: Facts, answers: Answers, inputs: StackInputs, who: str) -> None:
+        self.facts = facts
+        self.answers = answers
+        self.inputs = inputs
+        self.who = who
+
+    def _label(self, build: str) -> str:
+        return index_label(self.answers, build, self.inputs.configured)
+
+    def of(self, failure: Failure, build: str, python: str, action: str) -> MlsetupError:
+        """The error for a failed resolution: StackUnavailable when the index cannot be
+        reached, else InputError naming the cause."""
+        label = self._label(build)
+        packages = f"torch.packages {self.answers.torch.packages}"
+        if isinstance(failure, Unreachable):
+            return StackUnavailable(
+                f"the package index cannot be reached: {failure.url or label} failed "
+                f"({failure.detail[-300:]}); check torch.index_url, UV_DEFAULT_INDEX or pip's "
+                "index-url, the network and the proxy",
+                action=action,
+            )
+        if isinstance(failure, UvFailed):
+            return StackUnavailable(f"uv could not resolve the stack: {failure.detail}", action)
+        if isinstance(failure, Missing):
+            what = failure.package + (failure.spec or "")
+            by = f", which {failure.by} requires" if failure.by else ""
+            return InputError(
+                f"{packages}: no {what} on {label}{by}: check the name and the version "
+                "on that index"
+            )
+        if isinstance(failure, Conflict) and failure.shared:
+            (a, b), (want_a, want_b) = failure.sides, failure.wants
+            return InputError(
+                f"{packages}: {a} and {b} cannot be installed together: {a} requires {want_a} "
+                f"and {b} requires {want_b}. What would: releases of the two that agree on "
+                f"{failure.shared}, or one of them left out."
+            )
+        if isinstance(failure, NeedsBuild):
+            names = ", ".join(failure.packages)
+            return InputError(
+                f"{packages}: {names} {'has' if len(failure.packages) == 1 else 'have'} no wheel "
+                f"on {label} for Python {python}, only source, whose metadata comes from running "
+                "its build; mlsetup never runs a package's build as root: set venv.user to an "
+                "ordinary account (the build then runs as that account), or run `mlsetup lock` "
+                "as one"
+            )
+        if isinstance(failure, NoPythonWheel):
+            return InputError(
+                f"venv.python = {self.answers.venv.python!r}: {failure.package} has no wheel "
+                f"for Python {python} ({failure.tag}) on {label}; allowed: a Python it has "
+                'wheels for ("auto" chooses one)'
+            )
+        if isinstance(failure, BuildFailed):
+            return InputError(
+                f"{packages}: {failure.package} {failure.version} has only source on {label}, "
+                f"and building it to read its metadata failed (as {self.who}): "
+                f"{failure.detail[-600:]}"
+            )
+        return InputError(
+            f"{packages}: uv finds no versions that satisfy them together on {label} (Python "
+            f"{python}, {self.inputs.platform}): {getattr(failure, 'detail', '')}"
+        )
+
+    def no_build_has_it(self, attempts: Attempts, builds: list[str]) -> str:
+        """Every build's index lacked the torch a package requires: the package, the builds that
+        torch exists in, and what would work."""
+        ccs = self.facts.compute_capabilities
+        driver = self.facts.driver.version if self.facts.driver else None
+        tried = ", ".join(builds)
+        package = attempts.pinned_by[0] if attempts.pinned_by else "torch.version"
+        spec = attempts.torch_spec
+        try:
+            releases = [r for r in knowledge().torch.releases if r.matches(SpecifierSet(spec))]
+        except InvalidSpecifier:
+            releases = []
+        shipped = "; ".join(
+            f"torch {r.series} is built for {', '.join(r.builds)}" for r in releases
+        )
+        why = (
+            f"{shipped}, and none of those runs here (GPUs: compute capability "
+            f"{', '.join(ccs) or 'none'}; driver {driver or 'none'}; builds tried: {tried})"
+            if shipped
+            else f"no build tried ({tried}) has such a torch on its index"
+        )
+        hint = (
+            f' or torch.cuda = "{releases[0].builds[-1]}" if the GPUs and driver run it'
+            if releases
+            else ""
+        )
+        return (
+            f"torch.packages: {package} requires torch{spec}, which cannot be installed here: "
+            f"{why}. What would: a release of {package} that allows a torch built for "
+            f"{builds[0]}{hint}."
+        )
+
+    def unrunnable(self, lock: Lock, problems: list[Problem]) -> str:
+        """The resolved torch cannot run on this machine: what it is (from its wheel) and what
+        to change."""
+        label = lock.index
+        cuda = cuda_of_pins(lock.packages)
+        wheel = f" (its wheel requires {cuda.pin})" if cuda else ""
+        what = f"torch {lock.torch} from {label} is the {lock.build} build{wheel}"
+        cpu_hint = (
+            'set torch.index_url to an index of CPU builds, e.g. "https://download.pytorch.org/'
+            'whl/cpu" or a mirror of it'
+        )
+        if not self.facts.gpus and lock.build != "cpu":
+            return (
+                f"this machine has no NVIDIA GPU, but {what}: that index serves only CUDA builds "
+                f"of torch here; {cpu_hint}"
+            )
+        if self.answers.torch.cuda == "cpu" and lock.build != "cpu":
+            return f'torch.cuda = "cpu", but {what}: {cpu_hint}'
+        version = self.answers.torch.version
+        asked = (
+            f"torch.version = {version!r}"
+            if version != "auto"
+            else f"torch.packages {self.answers.torch.packages}"
+        )
+        return f"{asked}: {what}, which cannot run here: " + "; ".join(p.text for p in problems)
