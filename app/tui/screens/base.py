@@ -18,12 +18,14 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Select, Static
 
 from app.tui.controllers import SummaryController
+from app.tui.protocols import Wizard
 from app.tui.screens.modals import SaveScreen
+from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
-from app.tui.wizard import Wizard
 
-JUMPS = ("machine", "driver", "toolkit", "venv", "extensions", "review")
+# the number keys jump to the screens of the trail (app.tui.trail): as many as it has
+NUMBER_KEYS = 9
 
 
 class Body(VerticalScroll, can_focus=False):
@@ -39,7 +41,7 @@ class WizardScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("pageup", "page(-1)", "Scroll up", show=False),
         Binding("pagedown", "page(1)", "Scroll down", show=False),
-        *(Binding(str(n), f"jump('{s}')", s, show=False) for n, s in enumerate(JUMPS, 1)),
+        *(Binding(str(n), f"jump_to({n})", f"screen {n}", show=False) for n in range(1, 10)),
     ]
     AUTO_FOCUS = "#next"  # Continue, from the first frame (not the first field, then Continue)
 
@@ -101,7 +103,7 @@ class WizardScreen(Screen):
             out.append(("Esc", "back"))
         out.append(("Tab", "next"))
         if not typing and self.wizard.nav.can_jump():
-            out.append(("1-6", "step"))
+            out.append((jump_keys(), "step"))
         if any(body.max_scroll_y > 0 for body in self.query("#body")):
             out.append(("PgDn", "page"))
         return out + self.screen_hints(typing) + self.app_hints(typing)
@@ -166,16 +168,16 @@ class WizardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
             return self.can_go_back()
-        if action == "jump":
-            return self.wizard.nav.can_jump()
+        if action == "jump_to":
+            return self.wizard.nav.can_jump() and int(str(parameters[0])) <= len(jumps())
         return True
 
     def action_back(self) -> None:
         if self.can_go_back():
             self.app.pop_screen()
 
-    def action_jump(self, step: str) -> None:
-        self.wizard.nav.jump(step)
+    def action_jump_to(self, key: int) -> None:
+        self.wizard.nav.jump(jumps()[key - 1])
 
     def action_save_answers(self) -> None:
         """ctrl+s: the answers to a file the operator names (a failure stays in the dialog)."""
