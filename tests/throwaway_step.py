@@ -1,14 +1,11 @@
 """A step made only of what the registry asks for, as a new engineer would add one: its
 planner, its wizard controller, one entry in steps.registry (here added at run time, so no
 module of mlsetup changes). A check-only step between Venv and Extensions, as a cuDNN/NCCL
-check would be: its one action passes unless the file FAIL_MARKER names exists.
+check would be: its one action passes unless the venv holds a file named FAIL_MARKER.
 
 `register()` adds it; a `sitecustomize` on PYTHONPATH calls it in an `mlsetup` process."""
 
 from __future__ import annotations
-
-import os
-from dataclasses import replace
 
 from app.tui.controllers.answerfields import text
 from app.tui.controllers.step import StepController
@@ -17,11 +14,11 @@ from steps import registry
 from steps.plan import Action, Step, pending
 
 NAME = "gpucheck"
-FAIL_MARKER = "MLSETUP_TEST_CHECK_FAILS"  # the environment variable naming the marker file
+FAIL_MARKER = "gpucheck-fails"
 
 
 def plan(inputs: registry.PlanInputs) -> Step:
-    marker = os.environ.get(FAIL_MARKER, "/nonexistent/mlsetup-check-fails")
+    marker = f"{inputs.choices.venv_path}/{FAIL_MARKER}"
     check = Action(
         id=f"{NAME}.libraries",
         title="Check the venv's cuDNN and NCCL",
@@ -59,8 +56,3 @@ def with_step(steps: tuple[registry.StepSpec, ...]) -> tuple[registry.StepSpec, 
 
 def register() -> None:
     registry.STEPS = with_step(registry.STEPS)
-
-
-def as_changing() -> registry.StepSpec:
-    """The same step declared as one that changes the machine (the engine then verifies it)."""
-    return replace(SPEC, kind="changes")
