@@ -5,14 +5,12 @@ again (the planner is the one source of truth)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import cast
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Select, Static
@@ -48,13 +46,6 @@ class WizardScreen(Screen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown = False
-
-    class AnswersSaved(Message):
-        """The answers were written to `path` (ctrl+s, or the Summary screen's Save)."""
-
-        def __init__(self, path: Path) -> None:
-            super().__init__()
-            self.path = path
 
     @property
     def wizard(self) -> Wizard:
@@ -182,17 +173,9 @@ class WizardScreen(Screen):
     def action_save_answers(self) -> None:
         """ctrl+s: the answers to a file the operator names (a failure stays in the dialog)."""
         controller = SummaryController(self.wizard.session, self.wizard.model)
-        written: list[Path] = []
-
-        def save(raw: str) -> tuple[Path | None, str]:
-            path, text = controller.save(raw)
-            if path is not None:
-                written.append(path)
-            return path, text
 
         def saved(text: str | None) -> None:
-            if text is not None and written:
+            if text is not None:
                 self.notify(text, timeout=8)
-                self.post_message(self.AnswersSaved(written[-1]))
 
-        self.app.push_screen(SaveScreen(save), saved)
+        self.app.push_screen(SaveScreen(controller.save), saved)

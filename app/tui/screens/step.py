@@ -8,7 +8,6 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers.extensions import ExtensionsController
@@ -25,23 +24,6 @@ class StepScreen(WizardScreen):
         Binding("enter", "next", "Continue"),
         Binding("a", "add", "Add extension"),
     ]
-
-    class AnswerChanged(Message):
-        """The operator set `key` to `raw`, and the answers took it."""
-
-        def __init__(self, key: str, raw: str) -> None:
-            super().__init__()
-            self.key = key
-            self.raw = raw
-
-    class AnswerRefused(Message):
-        """The operator typed `raw` for `key`; the answers refused it (`why`)."""
-
-        def __init__(self, key: str, raw: str, why: str) -> None:
-            super().__init__()
-            self.key = key
-            self.raw = raw
-            self.why = why
 
     def __init__(self, step: str) -> None:
         super().__init__(name=step)
@@ -135,12 +117,10 @@ class StepScreen(WizardScreen):
         if why:
             field.refuse(why, event.raw)
             field.control_widget.focus()
-            self.post_message(self.AnswerRefused(event.key, event.raw, why))
         else:
             field.accept(self.controller.value(field.spec))
             if event.submitted and field.control_widget.has_focus:
                 self.focus_next()
-            self.post_message(self.AnswerChanged(event.key, event.raw))
         await self.refresh_plan()
 
     @property
