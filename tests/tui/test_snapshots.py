@@ -14,6 +14,7 @@ from textual.widgets import Input
 
 from app.tui.app import WizardApp
 from app.tui.session import Session
+from app.tui.trail import jumps
 from steps import events as ev
 from steps.answers import load_answers
 from steps.facts import load_facts
@@ -64,9 +65,6 @@ def feed(events: list[ev.Event], lines: int = 0, action: str = "extensions.flash
         await pilot.pause(0.3)
 
     return run_before
-
-
-STEP_KEYS = {"driver": 1, "toolkit": 2, "venv": 3, "extensions": 4, "review": 5}
 
 
 def still(run_before):
@@ -124,11 +122,11 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
     elif screen == "driver":
         app = app_for("fresh-h100x8-ubuntu2204")
         run_before = press("enter")
-    elif screen in STEP_KEYS:
+    elif screen in jumps()[1:]:
         app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
         # the number key that jumps there (five Enters in one press lost one at 120x40 under
         # load, and review-120x40 was recorded on Extensions); then wait for that screen
-        jump = press(str(STEP_KEYS[screen] + 1))
+        jump = press(str(jumps().index(screen) + 1))
 
         async def run_before(pilot, step: str = screen) -> None:
             await jump(pilot)
