@@ -67,6 +67,9 @@ def feed(events: list[ev.Event], lines: int = 0, action: str = "extensions.flash
     return run_before
 
 
+REVIEW_KEY = str(len(jumps()))  # the last number key
+
+
 def still(run_before):
     """The cursor does not blink in a snapshot: a blink mid-capture made summary-120x40 flaky."""
 
@@ -148,8 +151,9 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
         app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
 
         async def run_before(pilot) -> None:
-            # five Continues, then the dry run's confirmation: End reads it all, Tab, Enter
-            await press(*["enter"] * 6)(pilot)
+            # a Continue on each screen to Review, then the dry run's confirmation: End reads it
+            # all, Tab, Enter
+            await press(*["enter"] * len(jumps()))(pilot)
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
             await press("end", "tab", "enter")(pilot)
             await wait_until(pilot, lambda: pilot.app.model.finished is not None)
@@ -163,7 +167,7 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
         app = confirm_app(Path("/nonexistent/mlsetup-snapshot-root"))
 
         async def run_before(pilot) -> None:
-            await pilot.press("6")  # jump to Review
+            await pilot.press(REVIEW_KEY)
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ReviewScreen")
             await pilot.press("enter")
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
@@ -178,7 +182,7 @@ def test_review_at_60x20(snap_compare) -> None:
     app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
 
     async def run_before(pilot) -> None:
-        await press("6")(pilot)
+        await press(REVIEW_KEY)(pilot)
         await wait_until(pilot, lambda: getattr(pilot.app.screen, "STEP", "") == "review")
 
     assert snap_compare(app, terminal_size=(60, 20), run_before=still(run_before))

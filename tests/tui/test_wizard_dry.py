@@ -7,7 +7,6 @@ import json
 
 from app.tui.app import WizardApp
 from app.tui.feed import EngineFeed
-from app.tui.running import RunControl
 from app.tui.screens.modals import HelpScreen
 from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
@@ -94,8 +93,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert saved.exists() and f"Saved to {saved}" in shown(app)
 
     # what the engine was asked: a dry run whose plan is the one shown on the Review screen
-    started = seen.of(RunControl.Started)
-    assert [m.how for m in started] == ["dry-run"]
+    started = [m.event for m in seen.of(EngineFeed.Event) if isinstance(m.event, ev.RunStarted)]
+    assert [m.dry_run for m in started] == [True]
     plans = [m.event.plan for m in seen.of(EngineFeed.Event) if isinstance(m.event, ev.PlanMade)]
     assert plans == [plan_shown]
 
