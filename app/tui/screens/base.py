@@ -22,7 +22,7 @@ from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
 
-# the number keys jump to the screens of the trail (app.tui.trail): as many as it has
+# the number keys jump to the screens of the trail (app.tui.trail), 1 to as many as it has
 NUMBER_KEYS = 9
 
 
@@ -39,7 +39,10 @@ class WizardScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("pageup", "page(-1)", "Scroll up", show=False),
         Binding("pagedown", "page(1)", "Scroll down", show=False),
-        *(Binding(str(n), f"jump_to({n})", f"screen {n}", show=False) for n in range(1, 10)),
+        *(
+            Binding(str(n), f"jump_to({n})", f"screen {n}", show=False)
+            for n in range(1, NUMBER_KEYS + 1)
+        ),
     ]
     AUTO_FOCUS = "#next"  # Continue, from the first frame (not the first field, then Continue)
 
