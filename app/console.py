@@ -33,7 +33,7 @@ from steps.warnings import machine_warnings
 
 def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = True) -> str:
     lines = [rows_text(machine_rows(facts, detailed=True), width=12)]
-    shown = (machine_warnings(facts) if warnings else []) + (notes or [])
+    shown = ([w.text for w in machine_warnings(facts)] if warnings else []) + (notes or [])
     if shown:
         lines.append("")
         lines += [f"warning: {w}" for w in shown]

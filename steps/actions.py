@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from steps import registry
 from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, Fault, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
@@ -78,7 +79,7 @@ class ActionRunner:
                     tail=result.tail,
                 )
             )
-        self.run.outcome.changed = True
+        self.run.outcome.changed |= registry.changes_machine(step)  # a check changes nothing
         self.run.outcome.ran.append(action.id)
         return result
 

@@ -21,7 +21,7 @@ from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
 from steps.rootfs import RootFS
 from steps.stack.lock import Lock
 from steps.units import GiB, gib
-from steps.warnings import machine_warnings
+from steps.warnings import StepWarning, machine_warnings
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Choices:
     owner: VenvOwner
     venv_path: str
     build_targets: tuple[BuildTarget, ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[StepWarning, ...]  # each with the step it is about
     python: str = "3.12"  # the venv's Python, major.minor
     python_system: bool = True  # the machine has it (else uv downloads it)
     lock: Lock | None = None  # the resolved stack; None = planned from knowledge
@@ -81,7 +81,7 @@ class Choices:
 def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
     """The decisions; with `lock` (the resolved stack) its torch is the one everything follows."""
     k = knowledge()
-    warnings: list[str] = machine_warnings(facts)
+    warnings: list[StepWarning] = machine_warnings(facts)
 
     torch = choose_torch(facts, answers, warnings)
     build, release = torch.build, torch.release
@@ -113,9 +113,12 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
         toolkits = tuple(answers.toolkit.versions)
         if cuda and answers.extensions and not any(_same_major(t, cuda) for t in toolkits):
             warnings.append(
-                f"torch is built with CUDA {cuda} but toolkit.versions {list(toolkits)} has no "
-                f"CUDA {cuda.split('.')[0]}.x: torch refuses to build extensions with a different "
-                "CUDA major."
+                StepWarning(
+                    "toolkit",
+                    f"torch is built with CUDA {cuda} but toolkit.versions {list(toolkits)} has "
+                    f"no CUDA {cuda.split('.')[0]}.x: torch refuses to build extensions with a "
+                    "different CUDA major.",
+                )
             )
 
     owner = venv_owner(facts, answers)
@@ -225,14 +228,17 @@ class TorchChoice:
     release: TorchRelease | None
 
 
-def choose_torch(facts: Facts, answers: Answers, warnings: list[str]) -> TorchChoice:
+def choose_torch(facts: Facts, answers: Answers, warnings: list[StepWarning]) -> TorchChoice:
     """The torch build ("auto" = newest build the GPUs and, if kept, the driver run) and release."""
     k = knowledge()
     releases = _candidate_releases(answers)
     if answers.torch.version != "auto" and not releases:
         warnings.append(
-            f"torch {answers.torch.version} is newer or older than the releases mlsetup knows; "
-            "the CUDA build cannot be checked against it."
+            StepWarning(
+                "venv",
+                f"torch {answers.torch.version} is newer or older than the releases mlsetup "
+                "knows; the CUDA build cannot be checked against it.",
+            )
         )
 
     build = answers.torch.cuda
@@ -255,7 +261,7 @@ def choose_torch(facts: Facts, answers: Answers, warnings: list[str]) -> TorchCh
 
 
 def _auto_build(
-    facts: Facts, answers: Answers, releases: list[TorchRelease], warnings: list[str]
+    facts: Facts, answers: Answers, releases: list[TorchRelease], warnings: list[StepWarning]
 ) -> str:
     k = knowledge()
     if not facts.gpus:
@@ -283,8 +289,12 @@ def _auto_build(
             return (native or compatible)[0]
         if answers.driver.action == "skip":
             warnings.append(
-                f"driver {drv.version} runs none of torch's CUDA builds ({', '.join(gpu_ok)}) and "
-                "driver.action is skip: torch will not see the GPUs."
+                StepWarning(
+                    "driver",
+                    f"driver {drv.version} runs none of torch's CUDA builds "
+                    f"({', '.join(gpu_ok)}) and driver.action is skip: torch will not see the "
+                    "GPUs.",
+                )
             )
             return gpu_ok[0]
     # A driver will be installed: the newest build that the branch to install runs natively.
@@ -393,7 +403,7 @@ def check_on_machine(choices: Choices, answers: Answers, fs: RootFS | None) -> N
 
 
 def _driver_target(
-    facts: Facts, answers: Answers, cuda: str | None, warnings: list[str]
+    facts: Facts, answers: Answers, cuda: str | None, warnings: list[StepWarning]
 ) -> tuple[int, Literal["open", "proprietary"]]:
     k = knowledge()
     needed = 0
@@ -411,9 +421,12 @@ def _driver_target(
         if ceiling is not None and branch > ceiling:
             branch = ceiling
             warnings.append(
-                f"CUDA {cuda} needs driver branch {needed}, but {_gpu_names(limits)} "
-                f"{'is' if len(limits) == 1 else 'are'} supported only up to branch {ceiling}: "
-                f"installing {ceiling}; set torch.cuda to a build that branch runs."
+                StepWarning(
+                    "driver",
+                    f"CUDA {cuda} needs driver branch {needed}, but {_gpu_names(limits)} "
+                    f"{'is' if len(limits) == 1 else 'are'} supported only up to branch "
+                    f"{ceiling}: installing {ceiling}; set torch.cuda to a build that branch runs.",
+                )
             )
     else:
         branch = int(answers.driver.branch)
@@ -426,8 +439,11 @@ def _driver_target(
             )
         if branch < needed:
             warnings.append(
-                f"driver.branch {branch} is older than CUDA {cuda} needs "
-                f"(branch {needed} or newer)."
+                StepWarning(
+                    "driver",
+                    f"driver.branch {branch} is older than CUDA {cuda} needs "
+                    f"(branch {needed} or newer).",
+                )
             )
 
     ccs = [Version(cc) for cc in facts.compute_capabilities]
@@ -473,28 +489,37 @@ def _machine_warnings(
     driver_ok: bool,
     cuda: str | None,
     venv_path: str,
-) -> list[str]:
+) -> list[StepWarning]:
     k = knowledge()
     out = []
     drv = facts.driver
     if drv and cuda and not driver_ok and answers.driver.action != "skip":
         out.append(
-            f"driver {drv.version} supports CUDA up to {drv.cuda_max or 'unknown'}, older than "
-            f"torch's CUDA {cuda}: a newer driver is installed, then a reboot."
+            StepWarning(
+                "driver",
+                f"driver {drv.version} supports CUDA up to {drv.cuda_max or 'unknown'}, older "
+                f"than torch's CUDA {cuda}: a newer driver is installed, then a reboot.",
+            )
         )
     missing = [t for t in toolkits if facts.toolkit(t) is None]
     free = facts.disk_free_bytes.get("/usr/local")
     need = len(missing) * k.cuda.install_bytes
     if missing and free is not None and free < need:
         out.append(
-            f"/usr/local has {gib(free)} free; CUDA {', '.join(missing)} needs about "
-            f"{gib(need, 0)}."
+            StepWarning(
+                "toolkit",
+                f"/usr/local has {gib(free)} free; CUDA {', '.join(missing)} needs about "
+                f"{gib(need, 0)}.",
+            )
         )
     home_free = facts.disk_free_bytes.get("/home" if venv_path.startswith("/home/") else "/")
     if cuda and home_free is not None and home_free < k.torch.cuda_venv_bytes:
         out.append(
-            f"{venv_path} is on a filesystem with {gib(home_free)} free; a CUDA torch "
-            f"venv takes about {gib(k.torch.cuda_venv_bytes, 0)}."
+            StepWarning(
+                "venv",
+                f"{venv_path} is on a filesystem with {gib(home_free)} free; a CUDA torch "
+                f"venv takes about {gib(k.torch.cuda_venv_bytes, 0)}.",
+            )
         )
     return out
 
@@ -516,25 +541,40 @@ def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> 
 
 
 def _build_target(
-    facts: Facts, answers: Answers, cuda: str | None, answer: ExtensionAnswers, warnings: list[str]
+    facts: Facts,
+    answers: Answers,
+    cuda: str | None,
+    answer: ExtensionAnswers,
+    warnings: list[StepWarning],
 ) -> BuildTarget | None:
     # the arch list can depend on the extension's release and on nvcc's (= torch's) CUDA
     recipe = knowledge().extensions[answer.name].for_build(answer.version, cuda)
     ccs = facts.compute_capabilities if answer.archs == "auto" else list(answer.archs)
     label = f"{answer.name} {answer.version}"
     if cuda is None:
-        warnings.append(f"{label} skipped: torch is the CPU build, so no CUDA extension can run.")
+        warnings.append(
+            StepWarning(
+                "extensions",
+                f"{label} skipped: torch is the CPU build, so no CUDA extension can run.",
+            )
+        )
         return None
     if not ccs:
         warnings.append(
-            f"{label} skipped: no GPU with a known compute capability; set extensions.archs."
+            StepWarning(
+                "extensions",
+                f"{label} skipped: no GPU with a known compute capability; set extensions.archs.",
+            )
         )
         return None
     bad = recipe.unsupported(ccs)
     if bad:
         warnings.append(
-            f"{label} skipped: it runs on compute capability {recipe.min_compute_capability} "
-            f"and newer ({', '.join(recipe.arch_map)}); these GPUs are {', '.join(bad)}."
+            StepWarning(
+                "extensions",
+                f"{label} skipped: it runs on compute capability {recipe.min_compute_capability} "
+                f"and newer ({', '.join(recipe.arch_map)}); these GPUs are {', '.join(bad)}.",
+            )
         )
         return None
     return BuildTarget(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 
+from steps import registry
 from steps.actions import ActionRunner
 from steps.applylock import ApplyLock
 from steps.applyrun import (
@@ -59,7 +60,7 @@ from steps.extensions import installs_wheel
 from steps.facts import Facts
 from steps.frozen import FrozenStack
 from steps.orphans import end_orphaned_build
-from steps.plan import STEP_ORDER, Action, Plan, Step
+from steps.plan import Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.reboot import RebootResume
 from steps.report import Failure, RunResult, dry_run_summary, make_report, write_report
@@ -277,13 +278,14 @@ class Engine:
 
     def _run_steps(self) -> None:
         probed = False  # the machine as the last probe saw it: nothing has run since
-        for name in STEP_ORDER:
+        for n, spec in enumerate(registry.STEPS):
+            name = spec.name
             self.apply_run.step = name
             if not probed:
                 facts, plan = self._plan()
                 # this step's decisions, made once
                 self.apply_run.choices = choose(facts, self.req.answers, self.apply_run.lock)
-            if name == STEP_ORDER[0] and not self.req.dry_run:
+            if n == 0 and not self.req.dry_run:
                 self.frozen.before_run()  # exit 2 before anything for a wheel needing another torch
             step = plan.step(name)
             if step.status == "satisfied":
@@ -291,7 +293,8 @@ class Engine:
                 self.emit(StepSatisfied(step=name, reason=step.reason))
                 probed = True  # a satisfied step changes nothing: the next one plans on it
                 continue
-            probed = False
+            # a check changes nothing: the next step plans on the same probe
+            probed = not spec.changes_machine
             if not step.actions:
                 self.apply_run.fail(Fault(step.name, step.reason))
             log.info("%s: pending (%s): %s", name, step.reason, [a.id for a in step.actions])
@@ -303,8 +306,8 @@ class Engine:
                 self.frozen.before_step(step)  # exit 2 before a wheel that needs another torch
             for action in step.actions:
                 self._run_one(name, action, facts)
-            if not self.req.dry_run:
-                self._verify(step)
+            if spec.changes_machine and not self.req.dry_run:
+                self._verify(step)  # a check's actions are its verdict: each passed
 
     def _run_one(self, step: str, action: Action, facts: Facts) -> None:
         state = self.apply_run.state

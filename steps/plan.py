@@ -5,13 +5,36 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic_core import CoreSchema
 
 PLAN_SCHEMA: Final = "mlsetup.plan/1"
-StepName = Literal["driver", "toolkit", "venv", "extensions"]
-STEP_ORDER: tuple[StepName, ...] = get_args(StepName)
+
+
+def _known_step(name: str) -> str:
+    from steps.registry import step_names  # the registry imports the step modules, and they this
+
+    if name not in step_names():
+        raise ValueError(f"{name!r} is no step; the steps are {', '.join(step_names())}")
+    return name
+
+
+class _StepNames:
+    """The JSON schema of a step name: one of the registry's (docs/formats.md lists them)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        from steps.registry import step_names
+
+        return {"enum": list(step_names()), "type": "string"}
+
+
+# A step's name, as steps.registry names them (its order is theirs)
+StepName = Annotated[str, AfterValidator(_known_step), _StepNames]
 # What an action is; the engine and the front ends decide by this, never by reading its id.
 ActionKind = Literal[
     "package-index",  # apt-get update
@@ -34,6 +57,7 @@ ActionKind = Literal[
     "install-wheel",  # an extension's wheel built earlier (the cache, the wheelhouse) installed
     "source-hashes",  # the hashes of the extensions' sources, read from their index
     "stack-check",  # after the last extension: the stack is still the lock, each one imports
+    "check",  # an action of a check-only step (steps.registry): its exit code is the verdict
 ]
 
 

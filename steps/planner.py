@@ -1,14 +1,14 @@
 """The planner: Facts + Answers (+ what is in the venv and the wheel cache) in, Plan out.
 
-`make_plan` is pure. It asks each step module, in the fixed order driver, toolkit, venv,
-extensions, whether the step is satisfied and, if not, which actions would satisfy it.
+`make_plan` is pure. It asks each step of the registry (steps.registry), in its order, whether
+the step is satisfied and, if not, which actions would satisfy it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from steps import driver, extensions, toolkit
+from steps import registry
 from steps import venv as venv_step
 from steps.answers import Answers
 from steps.choices import Choices, check_on_machine, choose
@@ -36,15 +36,12 @@ def make_plan(
     the resolved stack whose torch every step follows; None plans from knowledge."""
     choices: Choices = choose(facts, answers, lock)
     check_on_machine(choices, answers, None)
-    steps = [
-        driver.plan(facts, answers, choices),
-        toolkit.plan(facts, answers, choices),
-        venv_step.plan(facts, answers, choices, venv),
-        extensions.plan(facts, answers, choices, venv, wheels or {}),
-    ]
-    steps = _share_repo_setup(steps)
+    inputs = registry.PlanInputs(facts, answers, choices, venv, wheels or {})
+    steps = _share_repo_setup([spec.plan(inputs) for spec in registry.STEPS])
     return Plan(
-        warnings=[*notes, *choices.warnings], steps=steps, lock=lock.summary() if lock else None
+        warnings=[*notes, *(w.text for w in choices.warnings)],
+        steps=steps,
+        lock=lock.summary() if lock else None,
     )
 
 

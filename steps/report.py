@@ -19,7 +19,7 @@ from steps.choices import Choices
 from steps.diagnose import answers_command
 from steps.events import Failed
 from steps.knowledge import knowledge
-from steps.plan import Plan, Step
+from steps.plan import Plan, Step, StepName
 from steps.stack.lock import STATE_LOCK, Lock
 from steps.state import State, write_atomic
 
@@ -87,7 +87,7 @@ class ActionReport(_Strict):
 
 
 class StepReport(_Strict):
-    name: Literal["driver", "toolkit", "venv", "extensions"]
+    name: StepName
     status: Literal["pending", "satisfied"] = Field(
         description="as the latest plan of this invocation found it"
     )
@@ -140,7 +140,9 @@ class Report(_Strict):
     code: int = Field(
         description="the exit code: 0 done, 1 failed, 2 invalid input, 10 paused for a reboot"
     )
-    changed: bool = Field(description="this invocation ran an action")
+    changed: bool = Field(
+        description="this invocation ran an action that changes the machine (a check does not)"
+    )
     ran: list[str] = Field(description="the actions this invocation ran, in order")
     failure: Failure | None = Field(description="why the run stopped; null unless it failed")
     steps: list[StepReport] = Field(description="the plan's steps, in order")

@@ -1,38 +1,67 @@
-"""Warnings that follow from the machine alone, in plain words."""
+"""A warning of the planner and the step it is about; those that follow from the machine
+alone, in plain words."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from steps.facts import Facts
 
 
-def machine_warnings(facts: Facts) -> list[str]:
+@dataclass(frozen=True)
+class StepWarning:
+    """`step`: the step whose decision it concerns (its wizard screen shows it); None for one
+    about the machine as a whole (the Machine and Review screens show every warning)."""
+
+    step: str | None
+    text: str
+
+
+def machine_warnings(facts: Facts) -> list[StepWarning]:
     out = []
     if not facts.gpus:
-        out.append("no NVIDIA GPU found: torch will be the CPU build and no driver is installed.")
+        out.append(
+            StepWarning(
+                "venv",
+                "no NVIDIA GPU found: torch will be the CPU build and no driver is installed.",
+            )
+        )
     unknown = [g.pci_device_id or "?" for g in facts.gpus if g.compute_capability is None]
     if unknown:
         out.append(
-            f"GPU(s) with PCI device id {', '.join(unknown)} are not in mlsetup's table: their "
-            "compute capability is unknown until the driver is loaded."
+            StepWarning(
+                None,
+                f"GPU(s) with PCI device id {', '.join(unknown)} are not in mlsetup's table: "
+                "their compute capability is unknown until the driver is loaded.",
+            )
         )
     if facts.gpus and facts.driver is None:
-        out.append("no NVIDIA driver is loaded.")
+        out.append(StepWarning("driver", "no NVIDIA driver is loaded."))
     if facts.nouveau_loaded:
         out.append(
-            "the nouveau driver is loaded: it is blacklisted before the NVIDIA driver is "
-            "installed, and a reboot is needed."
+            StepWarning(
+                "driver",
+                "the nouveau driver is loaded: it is blacklisted before the NVIDIA driver is "
+                "installed, and a reboot is needed.",
+            )
         )
     # with a driver loaded its modules are built: the headers matter only to a driver install,
     # whose plan installs them (a warning beside a satisfied driver step said otherwise)
     loaded = facts.driver is not None and facts.driver.loaded
     if facts.gpus and not loaded and facts.kernel.headers_installed is False:
         out.append(
-            f"kernel headers for {facts.kernel.release} are missing: the driver's modules cannot "
-            "be built without them (the driver step installs them)."
+            StepWarning(
+                "driver",
+                f"kernel headers for {facts.kernel.release} are missing: the driver's modules "
+                "cannot be built without them (the driver step installs them).",
+            )
         )
     if facts.secure_boot == "enabled":
         out.append(
-            "Secure Boot is enabled: a newly built driver module loads only after its signing "
-            "key is enrolled (MOK), which needs the console at the next boot."
+            StepWarning(
+                "driver",
+                "Secure Boot is enabled: a newly built driver module loads only after its "
+                "signing key is enrolled (MOK), which needs the console at the next boot.",
+            )
         )
     return out

@@ -12,7 +12,7 @@ from steps.answers import answers_from_toml
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
-from steps.plan import STEP_ORDER, ActionKind, Plan
+from steps.plan import ActionKind, Plan
 from steps.planner import make_plan
 from steps.stack.lock import Lock
 from steps.venvstate import VenvState
@@ -44,7 +44,7 @@ def backend_of(plan) -> str:
 
 def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only():
     plan = plan_for(RTX, '[torch]\ncuda = "cu128"\n' + FLASH_ATTN)
-    assert [s.name for s in plan.steps] == list(STEP_ORDER)
+    assert [s.name for s in plan.steps] == ["driver", "toolkit", "venv", "extensions"]
 
     driver = plan.step("driver")
     assert driver.status == "satisfied" and "590.48.01" in driver.reason
@@ -332,7 +332,8 @@ def test_plan_json_contract_from_cli():
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["schema"] == "mlsetup.plan/1"
-    assert [s["name"] for s in plan["steps"]] == list(STEP_ORDER)
+    # the contract: these names, in this order
+    assert [s["name"] for s in plan["steps"]] == ["driver", "toolkit", "venv", "extensions"]
     for step in plan["steps"]:
         assert set(step) == {"name", "status", "reason", "actions"}
         assert step["status"] in ("pending", "satisfied")

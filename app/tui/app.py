@@ -26,12 +26,13 @@ from app.tui.navigation import Navigator
 from app.tui.plain import AsciiFilter, AsciiScrollBarRender, to_ascii
 from app.tui.runmodel import RunModel
 from app.tui.running import RunControl
-from app.tui.screens.base import JUMPS, WizardScreen
+from app.tui.screens.base import WizardScreen
 from app.tui.screens.machine import MachineScreen
 from app.tui.screens.modals import ErrorScreen, HelpScreen
 from app.tui.screens.resume import ResumeScreen
 from app.tui.screens.run import RunScreen
 from app.tui.session import Opening, Session
+from app.tui.trail import jumps
 from steps.knowledge import ASSETS_DIR
 from steps.state import State
 
@@ -156,7 +157,7 @@ class WizardApp(App[int]):
             return
         if self.runs.running() and self.runs.screen is not None:
             return  # the engine goes on: stay on its screen
-        self.nav.rebuild(where if where in JUMPS else "review")
+        self.nav.rebuild(where if where in jumps() else "review")
 
     def action_save_answers(self) -> None:
         if isinstance(self.screen, WizardScreen):  # not over a dialog

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from textual.app import App
 
 from app.tui.runmodel import RunModel
-from app.tui.screens.base import JUMPS, WizardScreen
+from app.tui.screens.base import WizardScreen
 from app.tui.screens.machine import MachineScreen
 from app.tui.screens.review import ReviewScreen
 from app.tui.screens.step import StepScreen
 from app.tui.screens.summary import SummaryScreen
+from app.tui.trail import jumps
 
 
 class Navigator:
@@ -32,7 +33,8 @@ class Navigator:
         return ReviewScreen() if step == "review" else StepScreen(step)
 
     def next_from(self, where: str) -> None:
-        self.app.push_screen(self.make_screen(JUMPS[JUMPS.index(where) + 1]))
+        order = jumps()
+        self.app.push_screen(self.make_screen(order[order.index(where) + 1]))
 
     def can_jump(self) -> bool:
         return not self.running()
@@ -48,16 +50,18 @@ class Navigator:
             while getattr(self.app.screen, "STEP", "") != step:
                 self.app.pop_screen()
             return
-        known = [JUMPS.index(n) for n in on_stack if n in JUMPS]
+        order = jumps()
+        known = [order.index(n) for n in on_stack if n in order]
         start = max(known) + 1 if known else 0
-        for name in JUMPS[start : JUMPS.index(step) + 1]:
+        for name in order[start : order.index(step) + 1]:
             self.app.push_screen(self.make_screen(name))
 
     def rebuild(self, step: str) -> None:
         """Fresh screens from Machine to `step`, from the answers (after an error)."""
         while len(self.app.screen_stack) > 1:
             self.app.pop_screen()
-        for name in JUMPS[: JUMPS.index(step) + 1]:
+        order = jumps()
+        for name in order[: order.index(step) + 1]:
             self.app.push_screen(self.make_screen(name))
 
     def retry(self) -> None:
@@ -66,7 +70,7 @@ class Navigator:
         model = self.model()
         failed = model.failed
         if failed is not None and model.done:
-            self.jump(failed.step if failed.step in JUMPS else "review")
+            self.jump(failed.step if failed.step in jumps() else "review")
 
     def show_summary(self) -> None:
         self.app.push_screen(SummaryScreen())

@@ -6,6 +6,7 @@ its last lines in memory (`KEEP_LINES`): the whole output is in the action's log
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections import deque
@@ -98,60 +99,94 @@ class RunModel:
             self.t0 = event.t
         if not isinstance(event, (ev.Output, ev.MemorySample, ev.BuildProgress)):
             self._print(event)
-        if isinstance(event, ev.RunStarted):
-            self.run_id, self.dry_run, self.resumed = event.run_id, event.dry_run, event.resumed
-            self.t0 = event.t
-        elif isinstance(event, ev.PlanMade):
-            if self.plan is None:
-                self._take_plan(event.plan)
-        elif isinstance(event, ev.StepSatisfied):
-            self.steps[event.step] = "satisfied"
-        elif isinstance(event, ev.StepStarted):
-            self.steps[event.step] = "running"
-        elif isinstance(event, ev.ActionStarted):
-            view = self.actions.get(event.action)
-            if view is None:
-                view = self.actions[event.action] = ActionView(event.action, event.step, "")
-            view.step, view.kind = event.step, event.action_kind or view.kind
-            view.title, view.command, view.log = event.title, event.command, event.log
-            view.status, view.started = "running", event.t
-            self.current = event.action
-        elif isinstance(event, ev.ActionFinished):
-            view = self.actions.get(event.action) or ActionView(event.action, event.step, "")
-            view.kind = event.action_kind or view.kind
-            self.actions[event.action] = view
-            view.status, view.elapsed, view.exit_code = event.status, event.elapsed, event.exit_code
-            if event.status == "failed":
-                self.steps[event.step] = "failed"
-            elif self._step_done(event.step):
-                # a dry run's step is walked, not done: its mark is the actions' own (○)
-                walked = any(
-                    a.status == "dry-run" for a in self.actions.values() if a.step == event.step
-                )
-                self.steps[event.step] = "dry-run" if walked else "done"
-        elif isinstance(event, ev.Notice):
-            self.notices.append(event.text)
-            self._kept_unlocked(event)
-        elif isinstance(event, ev.Waiting):
-            self.notices.append(event.reason)
-        elif isinstance(event, ev.Failed):
-            self.failed = event
+        self._take(event)
+
+    # One handler per event type, as the console's (an event type without one changes nothing).
+    @functools.singledispatchmethod
+    def _take(self, event: ev.Event) -> None:
+        pass
+
+    @_take.register
+    def _run_started(self, event: ev.RunStarted) -> None:
+        self.run_id, self.dry_run, self.resumed = event.run_id, event.dry_run, event.resumed
+        self.t0 = event.t
+
+    @_take.register
+    def _plan_made(self, event: ev.PlanMade) -> None:
+        if self.plan is None:
+            self._take_plan(event.plan)
+
+    @_take.register
+    def _step_satisfied(self, event: ev.StepSatisfied) -> None:
+        self.steps[event.step] = "satisfied"
+
+    @_take.register
+    def _step_started(self, event: ev.StepStarted) -> None:
+        self.steps[event.step] = "running"
+
+    @_take.register
+    def _action_started(self, event: ev.ActionStarted) -> None:
+        view = self.actions.get(event.action)
+        if view is None:
+            view = self.actions[event.action] = ActionView(event.action, event.step, "")
+        view.step, view.kind = event.step, event.action_kind or view.kind
+        view.title, view.command, view.log = event.title, event.command, event.log
+        view.status, view.started = "running", event.t
+        self.current = event.action
+
+    @_take.register
+    def _action_finished(self, event: ev.ActionFinished) -> None:
+        view = self.actions.get(event.action) or ActionView(event.action, event.step, "")
+        view.kind = event.action_kind or view.kind
+        self.actions[event.action] = view
+        view.status, view.elapsed, view.exit_code = event.status, event.elapsed, event.exit_code
+        if event.status == "failed":
             self.steps[event.step] = "failed"
-        elif isinstance(event, ev.RebootNeeded):
-            self.reboot = event
-            self.notices.append(f"reboot needed after {event.action}: {event.next}")
-        elif isinstance(event, ev.Finished):
-            self.finished = event
-        elif isinstance(event, ev.MemorySample):
-            self.memory.sample = event
-            if (pct := budget_percent(event)) is not None:
-                self.memory.history.append(pct)
-        elif isinstance(event, ev.Throttle):
-            self.memory.throttles.append(throttle_line(event))
-        elif isinstance(event, ev.BuildProgress):
-            if self.memory.first_progress is None:
-                self.memory.first_progress = event
-            self.memory.progress = event
+        elif self._step_done(event.step):
+            # a dry run's step is walked, not done: its mark is the actions' own (○)
+            walked = any(
+                a.status == "dry-run" for a in self.actions.values() if a.step == event.step
+            )
+            self.steps[event.step] = "dry-run" if walked else "done"
+
+    @_take.register
+    def _notice(self, event: ev.Notice) -> None:
+        self.notices.append(event.text)
+        self._kept_unlocked(event)
+
+    @_take.register
+    def _waiting(self, event: ev.Waiting) -> None:
+        self.notices.append(event.reason)
+
+    @_take.register
+    def _failed(self, event: ev.Failed) -> None:
+        self.failed = event
+        self.steps[event.step] = "failed"
+
+    @_take.register
+    def _reboot_needed(self, event: ev.RebootNeeded) -> None:
+        self.reboot = event
+        self.notices.append(f"reboot needed after {event.action}: {event.next}")
+
+    @_take.register
+    def _finished(self, event: ev.Finished) -> None:
+        self.finished = event
+
+    @_take.register
+    def _memory_sample(self, event: ev.MemorySample) -> None:
+        self.memory.sample = event
+        if (pct := budget_percent(event)) is not None:
+            self.memory.history.append(pct)
+
+    @_take.register
+    def _throttle(self, event: ev.Throttle) -> None:
+        self.memory.throttles.append(throttle_line(event))
+
+    @_take.register
+    def _build_progress(self, event: ev.BuildProgress) -> None:
+        if self.memory.first_progress is None:
+            self.memory.first_progress = event
+        self.memory.progress = event
 
     def _print(self, event: ev.Event) -> None:
         """The overview: each event as the plain console renderer prints it."""

@@ -36,21 +36,6 @@ FOLLOW_POLL = 0.05  # seconds between two looks at the event log when it has not
 
 
 class RunControl:
-    class Started(Message):
-        """The engine was asked to run: a dry run in-process, or a detached apply/resume."""
-
-        def __init__(self, how: str, args: list[str], ticket: str | None) -> None:
-            super().__init__()
-            self.how = how  # dry-run | apply | resume | attach
-            self.args = args
-            self.ticket = ticket
-
-    class RebootAnswered(Message):
-        def __init__(self, reboot: bool, exit_code: int | None = None) -> None:
-            super().__init__()
-            self.reboot = reboot
-            self.exit_code = exit_code
-
     def __init__(self, app: App[int], session: Session, glyphs: Glyphs) -> None:
         self.app = app
         self.session = session
@@ -101,7 +86,6 @@ class RunControl:
         self.show_run()
         if self.session.dry_run:
             self.how = "dry-run"
-            self.app.post_message(self.Started("dry-run", [], None))
             self.app.run_worker(self._dry_run, thread=True, exclusive=True, group="engine")
             return
         path = self.session.write_apply_answers()
@@ -116,7 +100,6 @@ class RunControl:
         self.model = RunModel()
         self.show_run(attached=True)
         self.how = "attach"
-        self.app.post_message(self.Started("attach", [], None))
         self._follow(None)
 
     def show_run(self, attached: bool = False) -> None:
@@ -126,7 +109,6 @@ class RunControl:
     def _detached(self, how: str, args: list[str]) -> None:
         self.how = how
         ticket = start_detached(self.session.fs, args)
-        self.app.post_message(self.Started(how, args, ticket))
         self._follow(ticket)
 
     def _dry_run(self) -> int | None:
@@ -185,7 +167,6 @@ class RunControl:
         if yes:
             self.app.run_worker(self._reboot_now, thread=True, exclusive=True, group="reboot")
             return
-        self.app.post_message(self.RebootAnswered(False))
         self.app.notify(
             "Not rebooting. When you are ready: sudo reboot, then: sudo mlsetup", timeout=15
         )
@@ -197,12 +178,9 @@ class RunControl:
         s = self.session
         log = Paths(s.fs).action_log(self.model.run_id or "wizard", "reboot")
         try:
-            result = Runner(s.fs, lambda _e: None).run(REBOOT, log)
-            code: int | None = result.exit_code
+            Runner(s.fs, lambda _e: None).run(REBOOT, log)
         except RunnerError as exc:
             self.app.call_from_thread(self.app.notify, f"reboot: {exc}", severity="error")
-            code = None
-        self.app.post_message(self.RebootAnswered(True, code))
         self.app.call_from_thread(
             self.app.notify,
             "Rebooting. Log in again and run: sudo mlsetup (it opens on the Resume screen).",

@@ -16,6 +16,7 @@ from textual.widgets import Input, Log, Static
 from app.tui.app import WizardApp
 from app.tui.screens.run import RunScreen
 from app.tui.session import Session
+from app.tui.trail import jumps
 from tests.common import MACHINES
 
 
@@ -101,9 +102,9 @@ async def stack_resolved(pilot: Pilot) -> None:
 
 
 async def walk_to_review(pilot: Pilot) -> None:
-    """Machine → Driver → Toolkit → Venv → Extensions → Review, pressing Enter each time."""
+    """Machine, each step (app.tui.trail), Review, pressing Enter each time."""
     app = pilot.app
-    for expected in ("MachineScreen", "StepScreen", "StepScreen", "StepScreen", "StepScreen"):
+    for expected in ["MachineScreen"] + ["StepScreen"] * (len(jumps()) - 2):
         assert type(app.screen).__name__ == expected, type(app.screen).__name__
         await pilot.press("enter")
         await pilot.pause()

@@ -14,6 +14,7 @@ from textual.widgets import Input
 
 from app.tui.app import WizardApp
 from app.tui.session import Session
+from app.tui.trail import jumps
 from steps import events as ev
 from steps.answers import load_answers
 from steps.facts import load_facts
@@ -72,7 +73,7 @@ def feed(events: list[ev.Event], lines: int = 0, action: str = "extensions.flash
     return run_before
 
 
-STEP_KEYS = {"driver": 1, "toolkit": 2, "venv": 3, "extensions": 4, "review": 5}
+REVIEW_KEY = str(len(jumps()))  # the last number key
 
 
 def still(run_before):
@@ -131,11 +132,11 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
     elif screen == "driver":
         app = app_for("fresh-h100x8-ubuntu2204")
         run_before = press("enter")
-    elif screen in STEP_KEYS:
+    elif screen in jumps()[1:]:
         app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
         # the number key that jumps there (five Enters in one press lost one at 120x40 under
         # load, and review-120x40 was recorded on Extensions); then wait for that screen
-        jump = press(str(STEP_KEYS[screen] + 1))
+        jump = press(str(jumps().index(screen) + 1))
 
         async def run_before(pilot, step: str = screen) -> None:
             await jump(pilot)
@@ -157,8 +158,9 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
         app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
 
         async def run_before(pilot) -> None:
-            # five Continues, then the dry run's confirmation: End reads it all, Tab, Enter
-            await press(*["enter"] * 6)(pilot)
+            # a Continue on each screen to Review, then the dry run's confirmation: End reads it
+            # all, Tab, Enter
+            await press(*["enter"] * len(jumps()))(pilot)
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
             await press("end", "tab", "enter")(pilot)
             await wait_until(pilot, lambda: pilot.app.model.finished is not None)
@@ -172,7 +174,7 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
         app = confirm_app(Path("/nonexistent/mlsetup-snapshot-root"))
 
         async def run_before(pilot) -> None:
-            await pilot.press("6")  # jump to Review
+            await pilot.press(REVIEW_KEY)
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ReviewScreen")
             await pilot.press("enter")
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
@@ -187,7 +189,7 @@ def test_review_at_60x20(snap_compare) -> None:
     app = app_for("rtx-pro-6000-ubuntu2404", EXAMPLE)
 
     async def run_before(pilot) -> None:
-        await press("6")(pilot)
+        await press(REVIEW_KEY)(pilot)
         await wait_until(pilot, lambda: getattr(pilot.app.screen, "STEP", "") == "review")
 
     assert snap_compare(app, terminal_size=(60, 20), run_before=still(run_before))

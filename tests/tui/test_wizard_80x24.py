@@ -20,6 +20,7 @@ from app.tui.screens.modals import ConfirmScreen, SaveScreen
 from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
+from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, Trail
 from app.tui.widgets.keybar import KeyBar
 from steps.answers import load_answers
@@ -53,8 +54,9 @@ def box(app: WizardApp, key: str) -> Input:
     return widget
 
 
-async def goto(pilot, step: str, key: str) -> None:
-    await pilot.press(key)
+async def goto(pilot, step: str) -> None:
+    """The screen `step`, by the number key that jumps there (its place on the trail)."""
+    await pilot.press(str(jumps().index(step) + 1))
     await wait_until(pilot, lambda: getattr(pilot.app.screen, "STEP", "") == step, what=step)
     await pilot.pause()
 
@@ -76,7 +78,7 @@ def keys_line(app: WizardApp) -> str:
 async def test_v100_refuses_a_torch_without_a_build_for_it_in_place(tmp_path):
     app = WizardApp(Session.load(facts=v100_facts(tmp_path), dry_run=True))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "venv", "4")
+        await goto(pilot, "venv")
         assert "torch==2.14.* (cu126 build)" in shown(app)  # auto: the newest with Volta kernels
         version = box(app, "torch.version")
         await type_into(pilot, version, "==2.15.0")
@@ -101,7 +103,7 @@ async def test_v100_refuses_a_torch_without_a_build_for_it_in_place(tmp_path):
         assert not torch.refused and app.session.answers.torch.version == "==2.15.0"
         assert "(cpu build)" in shown(app)
 
-        await goto(pilot, "driver", "2")  # open modules before Turing: refused, with why
+        await goto(pilot, "driver")  # open modules before Turing: refused, with why
         modules = field(app, "driver.modules")
         modules.enter("open")
         await pilot.pause()
@@ -116,7 +118,7 @@ async def test_v100_refuses_a_torch_without_a_build_for_it_in_place(tmp_path):
 async def test_the_focus_stays_on_a_refused_field_and_moves_on_once_it_is_accepted():
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "extensions", "5")
+        await goto(pilot, "extensions")
         jobs, reserve = box(app, "build.max_jobs"), box(app, "build.memory_reserve")
         await type_into(pilot, jobs, "-3")
         await pilot.press("enter")
@@ -133,7 +135,7 @@ async def test_the_focus_stays_on_a_refused_field_and_moves_on_once_it_is_accept
 
         # after an accepted Enter the focus has moved on: from a list, a digit jumps
         app.screen.query_one("#next").focus()
-        await goto(pilot, "venv", "4")
+        await goto(pilot, "venv")
         version = box(app, "torch.version")
         await type_into(pilot, version, "==2.8.0")
         await pilot.press("enter")
@@ -147,8 +149,8 @@ async def test_the_focus_stays_on_a_refused_field_and_moves_on_once_it_is_accept
 async def test_digits_in_an_input_are_typed_and_esc_cancels_the_edit():
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "venv", "4")
-        assert "1-6 step" in keys_line(app) and "? help" in keys_line(app)
+        await goto(pilot, "venv")
+        assert f"{jump_keys()} step" in keys_line(app) and "? help" in keys_line(app)
         version = box(app, "torch.version")
         version.focus()
         await pilot.pause()
@@ -157,7 +159,7 @@ async def test_digits_in_an_input_are_typed_and_esc_cancels_the_edit():
         assert app.screen.name == "venv" and version.value == "5"  # typed, not a jump
         # the key bar says what the keys do here: no jumps, F1 for help, Esc cancels the edit
         line = keys_line(app)
-        assert "1-6" not in line and "? help" not in line
+        assert jump_keys() not in line and "? help" not in line
         assert "F1 help" in line and "Esc cancel edit" in line
         await pilot.press("escape")
         await pilot.pause()
@@ -204,7 +206,7 @@ async def test_fresh_h100_driver_screen_shows_each_warning_once_and_its_choices(
 async def test_summary_opens_at_its_result_with_save_in_view(tmp_path):
     app = WizardApp(dry_session(RTX, EXAMPLE))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "review", "6")
+        await goto(pilot, "review")
         await apply_confirmed(pilot)
         await wait_until(pilot, lambda: app.model.finished is not None, what="the dry run")
         await pilot.press("enter")
@@ -219,7 +221,7 @@ async def test_summary_opens_at_its_result_with_save_in_view(tmp_path):
 async def test_review_at_60x20_keeps_its_keys_on_one_line_and_the_whole_trail():
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(60, 20)) as pilot:
-        await goto(pilot, "review", "6")
+        await goto(pilot, "review")
         bar = app.screen.query_one(KeyBar)
         assert bar.region.height == 1 and bar.text.endswith("? help")
         trail = str(app.screen.query_one(Trail).visual)
@@ -230,10 +232,8 @@ async def test_review_at_60x20_keeps_its_keys_on_one_line_and_the_whole_trail():
 async def test_every_key_of_each_screen_is_in_its_key_bar_at_80_columns():
     app = WizardApp(dry_session(RTX, EXAMPLE))
     async with app.run_test(size=(80, 24)) as pilot:
-        for key, step in zip(
-            "123456", ("machine", "driver", "toolkit", "venv", "extensions", "review"), strict=True
-        ):
-            await goto(pilot, step, key)
+        for step in jumps():
+            await goto(pilot, step)
             bar = app.screen.query_one(KeyBar)
             assert bar.fitted(80) == bar.hints, (step, bar.hints)  # none left off
             words = dict(bar.hints)
@@ -261,7 +261,7 @@ async def test_every_key_of_each_screen_is_in_its_key_bar_at_80_columns():
 async def test_a_dry_run_asks_first_marked_as_one_and_its_run_says_nothing_ran():
     app = WizardApp(dry_session(FRESH, EXAMPLE))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "review", "6")
+        await goto(pilot, "review")
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="Apply?")
         await pilot.pause()
@@ -301,7 +301,7 @@ async def test_no_color_marks_a_refused_field_with_a_mark_not_only_dimmer(monkey
     monkeypatch.setenv("NO_COLOR", "1")
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "extensions", "5")
+        await goto(pilot, "extensions")
         jobs = field(app, "build.max_jobs")
         jobs.enter("-3")
         await pilot.pause()
@@ -323,7 +323,7 @@ async def test_extensions_say_what_was_left_out_and_a_slow_build(tmp_path):
     flash.write_text('version = 1\n[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\n')
     app = WizardApp(Session.load(facts=v100_facts(tmp_path), answers=flash, dry_run=True))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "extensions", "5")
+        await goto(pilot, "extensions")
         heading = str(app.screen.query_one("#heading").visual)
         assert "flash-attn 2.8.3 left out" in heading and "already satisfied" not in heading
 
@@ -335,7 +335,7 @@ async def test_extensions_say_what_was_left_out_and_a_slow_build(tmp_path):
     app = WizardApp(Session.load(facts=small, answers=flash, dry_run=True))
     async with app.run_test(size=(80, 24)) as pilot:
         assert "flash-attn 2.8.3 compiles here with at most 1 job at once" in shown(app)
-        await goto(pilot, "extensions", "5")
+        await goto(pilot, "extensions")
         # the recipe's measured build, 18.6 min for one arch with 16 jobs, with 1 job here
         assert "about 4 h 58 min" in shown(app) and "up to 1 jobs" not in shown(app)
         assert box(app, "build.memory_reserve").value == "10%"
@@ -359,7 +359,7 @@ async def test_each_step_screen_focuses_continue_from_its_first_frame():
 async def test_add_extension_starts_with_the_release_its_recipe_knows():
     app = WizardApp(dry_session(RTX))
     async with app.run_test(size=(80, 24)) as pilot:
-        await goto(pilot, "extensions", "5")
+        await goto(pilot, "extensions")
         assert app.screen.query_one("#add-version", Input).value == "2.8.3.post2"
         await pilot.press("a", "enter")
         await pilot.pause()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from app.tui.app import WizardApp
-from app.tui.running import RunControl
 from app.tui.screens.modals import RebootScreen
 from app.tui.screens.resume import ResumeScreen
 from app.tui.screens.run import RunScreen
@@ -59,18 +58,16 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
         assert isinstance(app.screen, RebootScreen)
         assert "Reboot now?" in shown(app) and "sudo mlsetup" in shown(app)
         await pilot.press("y")
-        await wait_until(pilot, lambda: seen.of(RunControl.RebootAnswered), what="the reboot")
+        await wait_until(pilot, lambda: "reboot" in fake.commands(), what="the reboot")
 
     # the engine was asked to apply these answers, written root-only for it
     answers = fake.root / "var/lib/mlsetup/answers.toml"
     assert mode(answers) == 0o600 and answers.read_text() == app.session.answers.to_toml()
-    [started] = seen.of(RunControl.Started)
-    assert started.how == "apply"
-    assert started.args == ["--root", str(fake.root), "--answers", str(answers)]
+    assert fake.state_file()["answers_path"] == str(answers)
+    [started] = [m.event for m in seen.of(app.feed.Event) if isinstance(m.event, ev.RunStarted)]
+    assert not started.resumed and not started.dry_run  # a new apply
     # it ran the driver step, paused, and the wizard rebooted through the runner
     assert fake.commands() == [*DRIVER_STEP, "reboot"]
-    [answered] = seen.of(RunControl.RebootAnswered)
-    assert answered.reboot and answered.exit_code == 0
     kinds = [type(m.event) for m in seen.of(app.feed.Event)]
     assert ev.RebootNeeded in kinds and kinds[-1] is ev.Finished
 
@@ -106,8 +103,8 @@ async def test_fresh_box_driver_then_reboot_then_resume_to_the_summary(fake: Fak
             or str(fake.root / "var/log/mlsetup") in text
         )
 
-    [started] = seen.of(RunControl.Started)
-    assert started.how == "resume" and started.args[-1] == "--resume"
+    [resumed] = [m.event for m in seen.of(app.feed.Event) if isinstance(m.event, ev.RunStarted)]
+    assert resumed.resumed and resumed.run_id == started.run_id
     after = fake.commands()[len(DRIVER_STEP) + 1 :]
     assert after == ["apt-get cuda-toolkit-13-0"]
     assert fake.report()["result"] == "done"

@@ -7,11 +7,8 @@ import json
 
 from app.tui.app import WizardApp
 from app.tui.feed import EngineFeed
-from app.tui.running import RunControl
-from app.tui.screens.base import WizardScreen
 from app.tui.screens.modals import HelpScreen
 from app.tui.screens.run import RunScreen
-from app.tui.screens.step import StepScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
@@ -103,13 +100,10 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert saved.exists() and f"Saved to {saved}" in shown(app)
 
     # what the engine was asked: a dry run whose plan is the one shown on the Review screen
-    started = seen.of(RunControl.Started)
-    assert [m.how for m in started] == ["dry-run"]
+    started = [m.event for m in seen.of(EngineFeed.Event) if isinstance(m.event, ev.RunStarted)]
+    assert [m.dry_run for m in started] == [True]
     plans = [m.event.plan for m in seen.of(EngineFeed.Event) if isinstance(m.event, ev.PlanMade)]
     assert plans == [plan_shown]
-    assert [m.path for m in seen.of(WizardScreen.AnswersSaved)] == [saved]
-    changed = [m.key for m in seen.of(StepScreen.AnswerChanged)]
-    assert changed == []  # the extension was added, no field was edited
 
     # the saved answers replay to the same plan with `mlsetup plan`
     replay = run_cli(
@@ -190,16 +184,6 @@ async def test_invalid_choices_are_refused_in_place_with_the_reason():
         await pilot.pause()
         assert app.session.answers.toolkit.versions == ["12.8", "13.0"]
         assert "cuda-toolkit-12-8" in shown(app)
-
-    refused = seen.of(StepScreen.AnswerRefused)
-    assert [(m.key, m.raw) for m in refused] == [
-        ("driver.branch", "12"),
-        ("toolkit.versions", "11.9, 13.0"),
-    ]
-    assert [m.key for m in seen.of(StepScreen.AnswerChanged)] == [
-        "driver.branch",
-        "toolkit.versions",
-    ]
 
 
 async def test_gpu_less_box_plans_a_cpu_venv_and_says_why():

@@ -5,7 +5,7 @@ from app.tui.controllers.confirm import ConfirmController
 from app.tui.controllers.machine import MachineController
 from app.tui.controllers.resume import ResumeController
 from app.tui.controllers.review import ReviewController
-from app.tui.controllers.step import StepController
+from app.tui.controllers.step import StepController, controller_for
 from app.tui.controllers.summary import SummaryController
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "ReviewController",
     "StepController",
     "SummaryController",
+    "controller_for",
 ]

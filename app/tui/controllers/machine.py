@@ -18,7 +18,7 @@ class MachineController:
     def warnings(self) -> list[str]:
         seen: list[str] = []
         for w in [
-            *machine_warnings(self.session.facts),
+            *(w.text for w in machine_warnings(self.session.facts)),
             *self.session.notes,
             *self.session.plan().warnings,
             *slow_builds(self.session),

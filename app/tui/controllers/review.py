@@ -7,6 +7,7 @@ from typing import Any
 
 from app.tui.controllers.buildtime import slow_builds
 from app.tui.session import Session
+from app.tui.trail import jump_keys
 from steps.plan import Plan
 
 
@@ -43,5 +44,5 @@ class ReviewController:
             "others are already satisfied. Each action shows the exact command, and the "
             "account it runs as (sudo -u).\n\n"
             f"{run}\n\nctrl+s saves the answers: sudo mlsetup apply --answers FILE replays "
-            "this plan on another server. A number key (1-6) goes back to a step."
+            f"this plan on another server. A number key ({jump_keys()}) goes back to a step."
         )

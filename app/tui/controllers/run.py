@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.tui.glyphs import Glyphs
 from app.tui.runmodel import RunModel
-from steps.plan import STEP_ORDER
+from steps.registry import step_names
 from steps.units import duration
 
 STEP_STYLES = {
@@ -20,7 +20,7 @@ STEP_STYLES = {
 def steps_line(model: RunModel, g: Glyphs) -> str:
     """Every step with its mark, coloured by how it stands (Textual markup)."""
     parts = []
-    for name in STEP_ORDER:
+    for name in step_names():
         status = model.steps.get(name, "pending")
         style = STEP_STYLES.get(status, "$text-muted")
         parts.append(f"[{style}]{g.status(status)} {name}[/]")

@@ -5,25 +5,25 @@ again (the planner is the one source of truth)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import cast
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Select, Static
 
 from app.tui.controllers import SummaryController
+from app.tui.protocols import Wizard
 from app.tui.screens.modals import SaveScreen
+from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
-from app.tui.wizard import Wizard
 
-JUMPS = ("machine", "driver", "toolkit", "venv", "extensions", "review")
+# the number keys jump to the screens of the trail (app.tui.trail), 1 to as many as it has
+NUMBER_KEYS = 9
 
 
 class Body(VerticalScroll, can_focus=False):
@@ -39,20 +39,16 @@ class WizardScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("pageup", "page(-1)", "Scroll up", show=False),
         Binding("pagedown", "page(1)", "Scroll down", show=False),
-        *(Binding(str(n), f"jump('{s}')", s, show=False) for n, s in enumerate(JUMPS, 1)),
+        *(
+            Binding(str(n), f"jump_to({n})", f"screen {n}", show=False)
+            for n in range(1, NUMBER_KEYS + 1)
+        ),
     ]
     AUTO_FOCUS = "#next"  # Continue, from the first frame (not the first field, then Continue)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown = False
-
-    class AnswersSaved(Message):
-        """The answers were written to `path` (ctrl+s, or the Summary screen's Save)."""
-
-        def __init__(self, path: Path) -> None:
-            super().__init__()
-            self.path = path
 
     @property
     def wizard(self) -> Wizard:
@@ -101,7 +97,7 @@ class WizardScreen(Screen):
             out.append(("Esc", "back"))
         out.append(("Tab", "next"))
         if not typing and self.wizard.nav.can_jump():
-            out.append(("1-6", "step"))
+            out.append((jump_keys(), "step"))
         if any(body.max_scroll_y > 0 for body in self.query("#body")):
             out.append(("PgDn", "page"))
         return out + self.screen_hints(typing) + self.app_hints(typing)
@@ -171,31 +167,23 @@ class WizardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
             return self.can_go_back()
-        if action == "jump":
-            return self.wizard.nav.can_jump()
+        if action == "jump_to":
+            return self.wizard.nav.can_jump() and int(str(parameters[0])) <= len(jumps())
         return True
 
     def action_back(self) -> None:
         if self.can_go_back():
             self.app.pop_screen()
 
-    def action_jump(self, step: str) -> None:
-        self.wizard.nav.jump(step)
+    def action_jump_to(self, key: int) -> None:
+        self.wizard.nav.jump(jumps()[key - 1])
 
     def action_save_answers(self) -> None:
         """ctrl+s: the answers to a file the operator names (a failure stays in the dialog)."""
         controller = SummaryController(self.wizard.session, self.wizard.model)
-        written: list[Path] = []
-
-        def save(raw: str) -> tuple[Path | None, str]:
-            path, text = controller.save(raw)
-            if path is not None:
-                written.append(path)
-            return path, text
 
         def saved(text: str | None) -> None:
-            if text is not None and written:
+            if text is not None:
                 self.notify(text, timeout=8)
-                self.post_message(self.AnswersSaved(written[-1]))
 
-        self.app.push_screen(SaveScreen(save), saved)
+        self.app.push_screen(SaveScreen(controller.save), saved)

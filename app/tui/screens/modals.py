@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from app.tui.session import default_save_path
+from app.tui.trail import jump_keys
 from app.tui.widgets.fields import MarkedLines
 
 KEYS = """\
@@ -21,7 +22,7 @@ Keys (the bar at the foot shows those that work where the focus is)
   Enter       press the focused button (Continue, on each step); in a
               text box take the value: refused, the focus stays there
   Tab, S-Tab  move between fields and buttons (the focused one reversed)
-  1-6         jump to a step (in a text box digits are typed)
+  {jump_keys:<11} jump to a step (in a text box digits are typed)
   Esc         back one screen; in an edited text box, cancel the edit
   PgUp, PgDn  scroll the screen
   ctrl+s      save the answers (sudo mlsetup apply --answers FILE)
@@ -52,7 +53,9 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(id="dialog", classes="help"):
             yield Static(f"Help: {self.title_text}", classes="dialog-title", markup=False)
             with VerticalScroll(id="help-body", can_focus=False):
-                keys = KEYS + ("\n\n" + LOG_KEYS if self.log_keys else "")
+                keys = KEYS.format(jump_keys=jump_keys()) + (
+                    "\n\n" + LOG_KEYS if self.log_keys else ""
+                )
                 yield Static(f"{self.text}\n\n{keys}", id="help-text", markup=False)
             yield Static("Esc closes", classes="dialog-hint")
 

@@ -3,6 +3,7 @@ failure's diagnosis and next command above the log."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from rich.markup import escape
@@ -150,38 +151,84 @@ class RunScreen(WizardScreen):
 
     def _take_event(self, event: ev.Event) -> None:
         """The model takes the event first; the screen then draws what changed."""
-        m = self.model
-        m.handle(event)
-        if isinstance(event, (ev.PlanMade, ev.ActionStarted, ev.ActionFinished, ev.Notice)):
-            self._actions()
-        if isinstance(event, ev.ActionStarted) and not self.pinned:
-            self._show(m.actions[event.action])
-        elif isinstance(event, ev.Finished) and not self.pinned and m.failed is None:
-            self._show(m.overview)
-        elif self.showing == OVERVIEW:
-            self._more_overview()
-        if isinstance(event, ev.ActionFinished) and event.action == self.showing:
-            view = m.actions[event.action]
-            self.query_one(LogPane).set_title(self._title(view), view.log)
-        if isinstance(event, (ev.MemorySample, ev.Throttle, ev.BuildProgress)):
-            gauge = self.query_one(MemoryGauge)
-            gauge.add_class("-active")
-            gauge.update_from(m.memory, self.wizard.clock())
-        if isinstance(event, ev.Failed):
-            self._failure()
-        if isinstance(event, (ev.Notice, ev.Waiting, ev.RebootNeeded)):
-            text = getattr(event, "text", None) or getattr(event, "reason", None)
-            if isinstance(event, ev.RebootNeeded):
-                text = f"{self.wizard.glyphs['reboot']} reboot needed: {event.next}"
-            self.query_one(LogPane).append([f"{self.wizard.glyphs['rule']} {text}"])
-        if isinstance(event, ev.Finished):
-            self.refresh_bindings()
-            self.query_one("#heading", Static).update(self._heading_text())
-            self.refresh_keys()
+        self.model.handle(event)
+        self._draw(event)
         self._steps_line()
         self._status()
         if isinstance(event, ev.Finished):
             self.post_message(self.Ended(event))
+
+    # One handler per event type, as the model's and the console's; without one, the overview
+    # in the pane takes the lines the event printed.
+    @functools.singledispatchmethod
+    def _draw(self, event: ev.Event) -> None:
+        self._follow_overview()
+
+    @_draw.register
+    def _plan_made(self, event: ev.PlanMade) -> None:
+        self._actions()
+        self._follow_overview()
+
+    @_draw.register
+    def _action_started(self, event: ev.ActionStarted) -> None:
+        self._actions()
+        if self.pinned:
+            self._follow_overview()
+        else:
+            self._show(self.model.actions[event.action])
+
+    @_draw.register
+    def _action_finished(self, event: ev.ActionFinished) -> None:
+        self._actions()
+        self._follow_overview()
+        if event.action == self.showing:
+            view = self.model.actions[event.action]
+            self.query_one(LogPane).set_title(self._title(view), view.log)
+
+    @_draw.register
+    def _notice(self, event: ev.Notice) -> None:
+        self._actions()
+        self._follow_overview()
+        self._note(event.text)
+
+    @_draw.register
+    def _waiting(self, event: ev.Waiting) -> None:
+        self._follow_overview()
+        self._note(event.reason)
+
+    @_draw.register
+    def _reboot_needed(self, event: ev.RebootNeeded) -> None:
+        self._follow_overview()
+        self._note(f"{self.wizard.glyphs['reboot']} reboot needed: {event.next}")
+
+    @_draw.register
+    def _memory(self, event: ev.MemorySample | ev.Throttle | ev.BuildProgress) -> None:
+        self._follow_overview()
+        gauge = self.query_one(MemoryGauge)
+        gauge.add_class("-active")
+        gauge.update_from(self.model.memory, self.wizard.clock())
+
+    @_draw.register
+    def _failed(self, event: ev.Failed) -> None:
+        self._follow_overview()
+        self._failure()
+
+    @_draw.register
+    def _finished(self, event: ev.Finished) -> None:
+        if self.pinned or self.model.failed is not None:
+            self._follow_overview()
+        else:
+            self._show(self.model.overview)
+        self.refresh_bindings()
+        self.query_one("#heading", Static).update(self._heading_text())
+        self.refresh_keys()
+
+    def _follow_overview(self) -> None:
+        if self.showing == OVERVIEW:
+            self._more_overview()
+
+    def _note(self, text: str) -> None:
+        self.query_one(LogPane).append([f"{self.wizard.glyphs['rule']} {text}"])
 
     def _take_lines(self, message: EngineFeed.Lines) -> None:
         self.model.lines(message.action, message.lines)

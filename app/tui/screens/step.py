@@ -1,5 +1,6 @@
-"""Driver, Toolkit, Venv, Extensions: what is there, the choices, what was refused and why,
-the exact commands. Rebuilt from the answers each time the screen is shown."""
+"""A step's screen (Driver, Toolkit, Venv, Extensions, and any step the registry adds): what is
+there, the choices, what was refused and why, the exact commands. Its controller is the one
+steps.registry names. Rebuilt from the answers each time the screen is shown."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
-from app.tui.controllers import StepController
+from app.tui.controllers.extensions import ExtensionsController
+from app.tui.controllers.step import controller_for
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import ChoiceField, MarkedLines, Section
 from app.tui.widgets.keybar import KeyHint
@@ -24,31 +25,20 @@ class StepScreen(WizardScreen):
         Binding("a", "add", "Add extension"),
     ]
 
-    class AnswerChanged(Message):
-        """The operator set `key` to `raw`, and the answers took it."""
-
-        def __init__(self, key: str, raw: str) -> None:
-            super().__init__()
-            self.key = key
-            self.raw = raw
-
-    class AnswerRefused(Message):
-        """The operator typed `raw` for `key`; the answers refused it (`why`)."""
-
-        def __init__(self, key: str, raw: str, why: str) -> None:
-            super().__init__()
-            self.key = key
-            self.raw = raw
-            self.why = why
-
     def __init__(self, step: str) -> None:
         super().__init__(name=step)
-        self.controller = StepController(self.wizard.session, step)
+        self.controller = controller_for(self.wizard.session, step)
         self.STEP = step
+
+    @property
+    def adder(self) -> ExtensionsController | None:
+        """The controller, when its screen adds and removes extensions."""
+        c = self.controller
+        return c if isinstance(c, ExtensionsController) else None
 
     def heading(self) -> str:
         c, g = self.controller, self.wizard.glyphs
-        skipped = c.skipped() if c.name == "extensions" else []
+        skipped = c.left_out()
         if skipped:  # not "satisfied": what was asked for is left out, and why is below
             state = f"{g['warn']} {', '.join(skipped)} left out: why is below"
         elif c.step().status == "satisfied":
@@ -77,8 +67,8 @@ class StepScreen(WizardScreen):
             with Section("Choices", id="choices"):
                 for spec in c.fields():
                     yield ChoiceField(spec, c.value(spec))
-                if c.name == "extensions":
-                    yield from self._extension_controls()
+                if self.adder is not None:
+                    yield from self._extension_controls(self.adder)
             yield Section(
                 "Commands this step runs",
                 PlanView([c.step()], self.wizard.glyphs, numbered=False, id="commands"),
@@ -87,10 +77,9 @@ class StepScreen(WizardScreen):
             yield Button("Continue", id="next", variant="primary")
             yield Button("Back", id="back")
 
-    def _extension_controls(self) -> ComposeResult:
-        c = self.controller
+    def _extension_controls(self, c: ExtensionsController) -> ComposeResult:
         for i, ext in enumerate(self.wizard.session.answers.extensions):
-            yield Button(f"Remove {ext.name}", id=f"remove-{i}", classes="small")
+            yield RemoveButton(f"Remove {ext.name}", i, id=f"remove-{i}", classes="small")
         addable = c.addable()
         if addable:
             with Horizontal(id="add-row"):
@@ -131,12 +120,10 @@ class StepScreen(WizardScreen):
         if why:
             field.refuse(why, event.raw)
             field.control_widget.focus()
-            self.post_message(self.AnswerRefused(event.key, event.raw, why))
         else:
             field.accept(self.controller.value(field.spec))
             if event.submitted and field.control_widget.has_focus:
                 self.focus_next()
-            self.post_message(self.AnswerChanged(event.key, event.raw))
         await self.refresh_plan()
 
     @property
@@ -163,37 +150,46 @@ class StepScreen(WizardScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "add":
-            return self.controller.name == "extensions"
+            return self.adder is not None
         return super().check_action(action, parameters)
 
     def action_add(self) -> None:
         """`a`: straight to the version box (the name list, one Shift+Tab back, starts on the
         first extension mlsetup knows)."""
-        if self.controller.name == "extensions" and self.query("#add-version"):
+        if self.adder is not None and self.query("#add-version"):
             self.query_one("#add-version", Input).focus()
 
     @on(Select.Changed, "#add-name")
     def _add_name(self, event: Select.Changed) -> None:
         if event.value is not Select.NULL:
-            self.query_one("#add-version", Input).value = self.controller.known_version(
+            self.query_one("#add-version", Input).value = ExtensionsController.known_version(
                 str(event.value)
             )
 
     @on(Button.Pressed, "#add")
     @on(Input.Submitted, "#add-version")
     async def _add(self) -> None:
+        assert self.adder is not None  # only the Extensions' screen has the Add row
         name = str(self.query_one("#add-name", Select).value)
         version = self.query_one("#add-version", Input).value
-        why = self.controller.add(name, version)
+        why = self.adder.add(name, version)
         if why:
             self.query_one("#add-error", Static).update(why)
             return
         await self.recompose()
         self.focus_default()
 
-    @on(Button.Pressed, "Button.small")
+    @on(Button.Pressed, "RemoveButton")
     async def _remove(self, event: Button.Pressed) -> None:
-        if event.button.id and event.button.id.startswith("remove-"):
-            self.controller.remove(int(event.button.id.split("-")[1]))
+        if isinstance(event.button, RemoveButton) and self.adder is not None:
+            self.adder.remove(event.button.index)
             await self.recompose()
             self.focus_default()
+
+
+class RemoveButton(Button):
+    """Remove the extension at `index` of the answers."""
+
+    def __init__(self, label: str, index: int, **kwargs) -> None:
+        super().__init__(label, **kwargs)
+        self.index = index

@@ -102,10 +102,8 @@ class SummaryScreen(WizardScreen):
     @on(Input.Submitted, "#save-path")
     def action_save(self) -> None:
         raw = self.query_one("#save-path", Input).value
-        path, text = self.controller.save(raw)
+        _, text = self.controller.save(raw)
         self.query_one("#saved", Static).update(text)
-        if path is not None:
-            self.post_message(self.AnswersSaved(path))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "retry":

@@ -11,6 +11,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static
 
 from app.tui.glyphs import Glyphs
+from app.tui.trail import jumps, trail
 
 
 @dataclass(frozen=True)
@@ -154,10 +155,6 @@ def _dom_id(key: str) -> str:
     return "f-" + key.replace(".", "-").replace("[", "-").replace("]", "")
 
 
-TRAIL = ("machine", "driver", "toolkit", "venv", "extensions", "review", "run", "summary")
-JUMP_KEYS = 6  # the first six are reached with the number keys 1-6
-
-
 class Trail(Static):
     """Where the operator is: 1 Machine  2 Driver ... 6 Review  Run  Summary, the current one
     in reverse video; the number before a step is the key that jumps to it."""
@@ -180,8 +177,9 @@ class Trail(Static):
         width = self.content_region.width or 80
         for short in (False, True):
             words, plain = [], []
-            for n, name in enumerate(TRAIL, 1):
-                key = f"{n}" if n <= JUMP_KEYS else ""
+            keys = len(jumps())  # the first ones are reached with the number keys
+            for n, name in enumerate(trail(), 1):
+                key = f"{n}" if n <= keys else ""
                 label = key if short and name != self.current and key else name.capitalize()
                 if key and label != key:
                     label = f"{key} {label}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -107,14 +106,6 @@ class BudgetChart(Widget):
 
 
 class MemoryGauge(Vertical):
-    class Pressure(Message):
-        """RAM pressure moved between ok, warn and high."""
-
-        def __init__(self, level: str, percent: float) -> None:
-            super().__init__()
-            self.level = level
-            self.percent = percent
-
     def __init__(self, glyphs: Glyphs, **kwargs) -> None:
         super().__init__(**kwargs)
         self.glyphs = glyphs
@@ -140,7 +131,6 @@ class MemoryGauge(Vertical):
                 self.level = level
                 self.set_class(level == "high", "-high")
                 self.set_class(level == "warn", "-warn")
-                self.post_message(MemoryGauge.Pressure(level, pct))
         self.query_one("#gauge-jobs", Static).update(jobs_text(memory, now))
         throttles = list(memory.throttles)[-2:]
         self.query_one("#gauge-throttle", Static).update(

@@ -1,0 +1,21 @@
+"""The wizard's screens in order, from the step registry (steps.registry): Machine, each step,
+Review (the number keys jump to these), then Run and Summary. Functions, not constants: a
+step added to the registry is on the trail and behind a number key with nothing else changed."""
+
+from __future__ import annotations
+
+from steps.registry import step_names
+
+
+def jumps() -> tuple[str, ...]:
+    """The screens a number key jumps to: key 1 is Machine."""
+    return ("machine", *step_names(), "review")
+
+
+def trail() -> tuple[str, ...]:
+    return (*jumps(), "run", "summary")
+
+
+def jump_keys() -> str:
+    """The number keys as the key bar and the help name them: "1-6"."""
+    return f"1-{len(jumps())}"
