@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from steps import registry
-from steps import venv as venv_step
 from steps.answers import Answers
 from steps.choices import Choices, check_on_machine, choose
 from steps.extensions import wanted_wheels
