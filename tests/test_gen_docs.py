@@ -117,7 +117,9 @@ def test_bash_completes_files_and_directories_for_the_options_that_take_them(tmp
 def _tab_in_a_terminal(shell: list[str], setup: str, typed: str, expected: str) -> str:
     """Type `typed` and Tab in `shell` running in tmux, as an operator would at a prompt; the
     screen once it shows `expected` (or after 30 s on a busy machine)."""
-    server = ["tmux", "-L", f"mlsetup-completion-{os.getpid()}"]
+    # a socket of its own per call: the previous test's server may still be exiting under load
+    # (its kill-server returns first), and a new session on its socket then fails
+    server = ["tmux", "-L", f"mlsetup-completion-{os.getpid()}-{time.monotonic_ns()}"]
     env = ["env", "-i", "HOME=/tmp", "TERM=xterm", "PATH=/usr/bin:/bin", "LANG=C.UTF-8"]
     subprocess.run(
         [*server, "new-session", "-d", "-x", "120", "-y", "20", *env, *shell], check=True
