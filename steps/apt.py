@@ -30,6 +30,7 @@ APT_INSTALL = [
     "Dpkg::Options::=--force-confold",
 ]
 DOWNLOAD_TOOLS = ("ca-certificates", "curl")  # the keyring's download (nvidia_repo_actions)
+NVIDIA_REPO = "nvidia-repo"  # the target of the actions that set NVIDIA's repository up
 
 
 def apt_install(
@@ -62,10 +63,10 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     if base is None:
         return None
     keyring = f"{CACHE_DIR}/{repo.keyring_package}"
-    return [
+    actions = [
         Action(
             id="nvidia-repo.apt-update",
-            kind="repo-setup",
+            kind="package-index",
             title="Refresh package lists",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),
@@ -74,7 +75,7 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
             "nvidia-repo.tools",
             "Install what fetches NVIDIA's keyring (ca-certificates, curl)",
             list(DOWNLOAD_TOOLS),
-        ).model_copy(update={"kind": "repo-setup"}),
+        ),
         Action(
             id="nvidia-repo.keyring-download",
             kind="repo-setup",
@@ -90,12 +91,14 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
         ),
         Action(
             id="nvidia-repo.update",
-            kind="repo-setup",
+            kind="package-index",
             title="Refresh package lists with NVIDIA's repository",
             argv=["apt-get", "update"],
             env=dict(APT_ENV),
         ),
     ]
+    # what they are for: the repository, set up once for the steps that need it
+    return [a.model_copy(update={"target": NVIDIA_REPO}) for a in actions]
 
 
 def no_repo_reason(facts: Facts) -> str:

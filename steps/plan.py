@@ -39,7 +39,7 @@ StepName = Annotated[str, AfterValidator(_known_step), _StepNames]
 ActionKind = Literal[
     "package-index",  # apt-get update
     "packages",  # apt-get install
-    "repo-setup",  # NVIDIA's apt repository: its keyring and package lists (set up once)
+    "repo-setup",  # NVIDIA's apt repository keyring (its actions' target: "nvidia-repo")
     "config-file",  # a file installed into /etc
     "initramfs",
     "reboot",

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from steps import registry
 from steps.answers import Answers
+from steps.apt import NVIDIA_REPO
 from steps.choices import Choices, check_on_machine, choose
 from steps.extensions import wanted_wheels
 from steps.facts import Facts
@@ -49,7 +50,7 @@ def _share_repo_setup(steps: list[Step]) -> list[Step]:
     seen: set[str] = set()
     out = []
     for step in steps:
-        kept = [a for a in step.actions if not (a.kind == "repo-setup" and a.id in seen)]
+        kept = [a for a in step.actions if not (a.target == NVIDIA_REPO and a.id in seen)]
         seen.update(a.id for a in kept)
         out.append(step.model_copy(update={"actions": kept}))
     return out

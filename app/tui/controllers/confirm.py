@@ -10,6 +10,11 @@ from app.tui.session import Session
 from steps.plan import Action, Plan
 from steps.units import gib
 
+# what changes the system outside its packages: NVIDIA's repository keyring, files in /etc,
+# the initramfs, the module loaded, the unit that resumes the run (the reboot has a section
+# of its own)
+SYSTEM_FILES = frozenset({"repo-setup", "config-file", "initramfs", "load-driver", "resume-unit"})
+
 
 def apt_packages(action: Action) -> list[str]:
     """The packages an `apt-get install` action names (options and their values left out)."""
@@ -43,12 +48,7 @@ class ConfirmController:
         packages = [p for a in plan.actions for p in apt_packages(a)]
         if packages:
             out.append(("System packages (apt)", [", ".join(dict.fromkeys(packages))]))
-        other = [
-            a.title
-            for st in pending.values()
-            for a in st.actions
-            if st.name == "driver" and a.argv[0] != "apt-get"
-        ]
+        other = [a.title for a in plan.actions if a.kind in SYSTEM_FILES]
         if other:
             out.append(("System files", other))
         if "toolkit" in pending:

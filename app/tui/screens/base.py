@@ -29,6 +29,13 @@ NUMBER_KEYS = 9
 class Body(VerticalScroll, can_focus=False):
     """A screen's scrolling body: PgUp/PgDn scroll it; it is no tab stop of its own."""
 
+    def watch_show_vertical_scrollbar(self, _shown: bool) -> None:
+        # the key bar offers PgDn while the body scrolls, and what it holds can grow long after
+        # the screen was mounted (the stack's resolution returns and the plan is redrawn)
+        screen = self.screen
+        if isinstance(screen, WizardScreen):
+            screen.call_after_refresh(screen.refresh_keys)
+
 
 class WizardScreen(Screen):
     TRAIL = ""
