@@ -215,10 +215,13 @@ def test_a_gpu_less_box_gets_no_cuda_torch_and_no_toolkit(server, pypi, trap):
     assert not [a for a in started(server) if a.startswith(("toolkit", "driver"))]
 
 
-@pytest.mark.parametrize("where", ["torch.index_url", "UV_DEFAULT_INDEX", "pip.conf"])
+@pytest.mark.parametrize(
+    "where", ["torch.index_url", "UV_DEFAULT_INDEX", "pip.conf", "uv.toml", "uv.toml [pip]"]
+)
 def test_a_mirror_that_has_nothing_is_the_only_index_asked(server, trap, where):
     """A mirror answering 404 for everything: exit 2 naming it and the package it lacks; no
-    request went anywhere else (the trap saw none, the mirror saw them all)."""
+    request went anywhere else (the trap saw none, the mirror saw them all). The system's
+    uv.toml counts although mlsetup runs uv with --no-config (which alone skipped it: PyPI)."""
     setup(server)
     server.pip_conf.unlink()  # no default index but the one the test names
     with RecordedIndex(missing=True) as mirror:
@@ -228,8 +231,16 @@ def test_a_mirror_that_has_nothing_is_the_only_index_asked(server, trap, where):
             torch = f'index_url = "{mirror.url}"'
         elif where == "UV_DEFAULT_INDEX":
             extra["UV_DEFAULT_INDEX"] = mirror.url
-        else:
+        elif where == "pip.conf":
             server.pip_conf.write_text(f"[global]\nindex-url = {mirror.url}\n")
+        else:
+            uv_toml = server.root / "etc/uv/uv.toml"
+            uv_toml.parent.mkdir(parents=True, exist_ok=True)
+            uv_toml.write_text(
+                f'[[index]]\nurl = "{mirror.url}"\ndefault = true\n'
+                if where == "uv.toml"
+                else f'[pip]\nindex-url = "{mirror.url}"\n'
+            )
         answers(server, ["vllm"], torch)
         plan = server.mlsetup(
             "plan", "--facts", str(RTX), "--answers", str(server.answers), **extra

@@ -48,10 +48,51 @@ def test_pips_index_becomes_uvs_when_uv_has_none(tmp_path):
         uv_environment({"PIP_INDEX_URL": "https://env.corp/simple"}, root)["UV_DEFAULT_INDEX"]
         == "https://env.corp/simple"
     )
-    # uv's own settings win: a UV_* index, or a system uv.toml (uv reads it itself)
+    # uv's own settings win: a UV_* index (uv reads it itself), or the system's uv.toml (which
+    # mlsetup reads for it: it runs uv with --no-config)
     assert "UV_DEFAULT_INDEX" not in uv_environment({"UV_INDEX_URL": "https://u/simple"}, root)
     _root(tmp_path, {"etc/uv/uv.toml": '[[index]]\nurl = "https://uv.corp/simple"\n'})
-    assert uv_environment({}, root) == {"UV_SYSTEM_CERTS": "true"}
+    assert uv_environment({}, root) == {
+        "UV_SYSTEM_CERTS": "true",
+        "UV_INDEX": "https://uv.corp/simple",  # not the default: PyPI stays, as uv has it
+    }
+
+
+def test_the_systems_uv_toml_gives_uv_its_indexes_as_uv_would_take_them(tmp_path):
+    mirror = "https://mirror.corp/simple"
+    cases = {
+        f'[[index]]\nurl = "{mirror}"\ndefault = true\n': (mirror, None),
+        f'index-url = "{mirror}"\nextra-index-url = ["https://a.corp/simple"]\n': (
+            mirror,
+            "https://a.corp/simple",
+        ),
+        f'[pip]\nindex-url = "{mirror}"\n': (mirror, None),
+        # an explicit index serves only packages pinned to it: a pip-style install has none
+        f'[[index]]\nname = "x"\nurl = "{mirror}"\nexplicit = true\n': (None, None),
+        'cache-dir = "/var/cache/uv"\n': (None, None),  # no index: pip's, if any, then PyPI
+        f'[[index]]\nurl = "{mirror}"\ndefault = true\n[[index': (None, None),  # broken
+        '[[index]]\nurl = "--extra-index-url=evil"\ndefault = true\n': (None, None),
+    }
+    for n, (text, (default, extra)) in enumerate(cases.items()):
+        root = _root(tmp_path / str(n), {"etc/uv/uv.toml": text})
+        env = uv_environment({}, root)
+        assert (env.get("UV_DEFAULT_INDEX"), env.get("UV_INDEX")) == (default, extra), text
+    # uv takes the first system file that exists, XDG's before /etc/uv's
+    root = _root(
+        tmp_path / "both",
+        {
+            "etc/xdg/uv/uv.toml": f'index-url = "{mirror}"\n',
+            "etc/uv/uv.toml": 'index-url = "https://other.corp/simple"\n',
+        },
+    )
+    assert uv_environment({}, root)["UV_DEFAULT_INDEX"] == mirror
+    # beside pip.conf: uv's own file is the one uv would have read
+    _root(root, {"etc/pip.conf": "[global]\nindex-url = https://pip.corp/simple\n"})
+    assert uv_environment({}, root)["UV_DEFAULT_INDEX"] == mirror
+    fifo_root = tmp_path / "fifo"
+    (fifo_root / "etc/uv").mkdir(parents=True)
+    os.mkfifo(fifo_root / "etc/uv/uv.toml")  # must not block
+    assert uv_environment({}, fifo_root) == {"UV_SYSTEM_CERTS": "true"}
 
 
 def test_a_broken_or_hostile_pip_conf_is_ignored(tmp_path):
