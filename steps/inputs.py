@@ -12,18 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
+from steps import tomlcompat as tomllib
 from steps.errors import InputError
 from steps.safefs import UnsafeFile, read_bounded
 from steps.units import MiB
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
-    import tomli as tomllib
 
 MAX_INPUT_BYTES = MiB
 # Python refuses to turn a longer digit string into an int (CVE-2020-10735): tomllib and json

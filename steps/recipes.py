@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +35,7 @@ from pydantic import (
     field_validator,
 )
 
+from steps import tomlcompat as tomllib
 from steps.errors import InputError, describe_validation_error
 from steps.inputs import check_toml_shape
 from steps.safefs import (
@@ -47,11 +47,6 @@ from steps.safefs import (
     read_fd,
 )
 from steps.units import MiB
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
-    import tomli as tomllib
 
 RECIPE_FILE_LIMIT = MiB
 SMOKE_TEST_LIMIT = 64 * 1024

@@ -10,7 +10,6 @@ the middle of a plan. The extension recipes have their own, stricter models in s
 from __future__ import annotations
 
 import re
-import sys
 from importlib import resources
 from typing import Annotated, TypeVar
 
@@ -27,12 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from steps import tomlcompat as tomllib
 from steps.errors import InputError, describe_validation_error
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
-    import tomli as tomllib
 
 Version2 = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]  # "12.8"
 # "580.65.06", or a branch alone ("615") where NVIDIA gives no minor

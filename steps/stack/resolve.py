@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from steps import tomlcompat as tomllib
 from steps.accounts import Account, lookup_account
 from steps.answers import Answers
 from steps.errors import InputError
@@ -52,11 +52,6 @@ from steps.stack.uvfailure import (
     torch_dependents,
     torch_pin,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Ubuntu 22.04's Python 3.10
-    import tomli as tomllib
 
 RunCommand = Callable[[Action], Result | None]
 # The torch family follows torch: never "the package that decided torch"
