@@ -132,14 +132,16 @@ SHAPES = {
 @pytest.mark.parametrize("shape", SHAPES)
 def test_any_1_mib_answers_shape_is_read_or_refused_within_a_second(shape):
     text = SHAPES[shape][:MiB]
-    started = time.monotonic()
+    # this process's CPU time, not the wall clock: a loaded runner (CI's two cores shared by
+    # three workers) stretches the wall time of a parse that costs a few milliseconds
+    started = time.process_time()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
         answers_from_toml(text, "a.toml")
         outcome = "parsed"
     except InputError as exc:
         outcome = str(exc).split(": ", 2)[-1][:60]
-    took = time.monotonic() - started
+    took = time.process_time() - started
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     print(
         f"{shape} ({len(text) // 1024} KiB): {took * 1000:.0f} ms, +{grew // 1024} MiB: {outcome}"

@@ -578,10 +578,10 @@ def _notices(server: FakeServer) -> list[str]:
 
 def test_a_dotted_key_of_100000_parts_is_refused_within_a_second(server: FakeServer):
     text = "version = 1\n" + "a" + ".a" * 99_999 + " = 1\n"
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: what a quadratic parse costs, whatever the load
     with pytest.raises(InputError) as refused:
         answers_from_toml(text, "answers.toml")
-    parse_s = time.monotonic() - started
+    parse_s = time.process_time() - started
     assert "line 2: a key of more than 16 dotted parts" in str(refused.value)
     assert parse_s < 1.0, parse_s
     server.answers.write_text(text)
