@@ -12,12 +12,15 @@ and records it, and none may.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from steps.stack.uvfailure import OFFLINE_DETAIL, Unreachable, read_failure
 from tests.common import MACHINES
 from tests.harness import FakeServer
 from tests.recorded_pypi import FORTY, ProxyTrap, RecordedIndex
@@ -315,3 +318,28 @@ def test_a_lock_written_ahead_installs_through_venv_lock(server, pypi, trap):
     assert plan["lock"]["torch"] == summary["torch"] == "2.9.0"
     assert plan["lock"]["packages"] == summary["packages"]
     assert len(pypi.log) == asked  # nothing resolved: the lock is the stack
+
+
+def test_offline_the_index_is_unreachable_whatever_uvs_cache_happens_to_hold(
+    tmp_path, pypi, trap, uv_binary
+):
+    """uv offline names whichever package its cache lacked first, so its prose changes with
+    the cache (root's, shared by every run): the cause mlsetup reports must not."""
+    compile_ = [str(uv_binary), "pip", "compile", "--no-config", "--no-header", "-"]
+    wanted = "accelerate\ntransformers\n"
+    warm = {"UV_CACHE_DIR": str(tmp_path / "warm"), "UV_DEFAULT_INDEX": pypi.url, **trap.env()}
+    online = subprocess.run(  # a cache that now holds accelerate's metadata, not the rest
+        compile_, input="accelerate\n", text=True, capture_output=True,
+        env={**os.environ, **warm, "UV_OFFLINE": "0"}, timeout=120,
+    )  # fmt: skip
+    assert online.returncode == 0, online.stderr
+    outputs = []
+    for cache in (tmp_path / "cold", tmp_path / "warm"):
+        run = subprocess.run(
+            compile_, input=wanted, text=True, capture_output=True, timeout=120,
+            env={**os.environ, **warm, "UV_CACHE_DIR": str(cache), "UV_OFFLINE": "1"},
+        )  # fmt: skip
+        assert run.returncode != 0
+        outputs.append(run.stderr.splitlines())
+    assert " ".join(outputs[0]) != " ".join(outputs[1])  # uv says different things
+    assert read_failure(outputs[0]) == read_failure(outputs[1]) == Unreachable(None, OFFLINE_DETAIL)

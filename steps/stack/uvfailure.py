@@ -33,6 +33,9 @@ _NO_PYTHON_WHEEL = re.compile(
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
 _OFFLINE = ("network was disabled", "not found in the cache")
+OFFLINE_DETAIL = (
+    "uv runs offline (UV_OFFLINE or --offline) and its cache lacks what the stack needs"
+)
 
 
 @dataclass(frozen=True)
@@ -133,8 +136,10 @@ def read_failure(output: list[str], local: bool = False) -> Failure:
     if not solving or offline:
         if m := _BUILD_FAILED.search(text):
             return BuildFailed(m.group(1), m.group(2), cause[-900:])
-        if (m := _FETCH_FAILED.search(text)) or offline:
-            return Unreachable(m.group(1) if m else None, cause[-600:])
+        if m := _FETCH_FAILED.search(text):
+            return Unreachable(m.group(1), cause[-600:])
+        if offline:  # uv's resolver prose then names whichever package its cache lacked first
+            return Unreachable(None, OFFLINE_DETAIL)
         return UvFailed(cause[-600:])
     if needs := sorted({canonicalize_name(n) for n in _NEEDS_BUILD.findall(text)}):
         return NeedsBuild(tuple(needs))
