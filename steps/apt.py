@@ -51,6 +51,17 @@ def apt_install(
     )
 
 
+def apt_update(action_id: str, title: str, target: str | None = None) -> Action:
+    return Action(
+        id=action_id,
+        kind="package-index",
+        target=target,
+        title=title,
+        argv=["apt-get", "update"],
+        env=dict(APT_ENV),
+    )
+
+
 def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     """Add NVIDIA's CUDA repo (keyring for this distro and arch); None if it has none.
 
@@ -64,13 +75,7 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
         return None
     keyring = f"{CACHE_DIR}/{repo.keyring_package}"
     actions = [
-        Action(
-            id="nvidia-repo.apt-update",
-            kind="package-index",
-            title="Refresh package lists",
-            argv=["apt-get", "update"],
-            env=dict(APT_ENV),
-        ),
+        apt_update("nvidia-repo.apt-update", "Refresh package lists"),
         apt_install(
             "nvidia-repo.tools",
             "Install what fetches NVIDIA's keyring (ca-certificates, curl)",
@@ -89,13 +94,7 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
             argv=["dpkg", "-i", keyring],
             env=dict(APT_ENV),
         ),
-        Action(
-            id="nvidia-repo.update",
-            kind="package-index",
-            title="Refresh package lists with NVIDIA's repository",
-            argv=["apt-get", "update"],
-            env=dict(APT_ENV),
-        ),
+        apt_update("nvidia-repo.update", "Refresh package lists with NVIDIA's repository"),
     ]
     # what they are for: the repository, set up once for the steps that need it
     return [a.model_copy(update={"target": NVIDIA_REPO}) for a in actions]

@@ -107,11 +107,8 @@ def _indexes_of(data: dict[str, Any]) -> Indexes:
         if default is None and isinstance(url, str) and _url(url):
             default = url.strip()
         more = table.get("extra-index-url")
-        extra += (
-            [u.strip() for u in more if isinstance(u, str) and _url(u)]
-            if isinstance(more, list)
-            else []
-        )
+        if isinstance(more, list):
+            extra += [u.strip() for u in more if isinstance(u, str) and _url(u)]
     return Indexes(default, tuple(dict.fromkeys(extra)))
 
 
