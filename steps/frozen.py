@@ -45,7 +45,7 @@ from steps.extensions import (
 from steps.plan import Action, Step
 from steps.safefs import open_dir, open_regular, trusted_dir, walk
 from steps.stack.index import configured, index_args, local_index
-from steps.stack.lock import SHARED_DIR
+from steps.stack.lock import SHARED_DIR, make_shared_dir
 from steps.stack.uvfailure import Missing, read_failure
 from steps.state import write_atomic
 from steps.units import MiB
@@ -194,7 +194,7 @@ class FrozenStack:
         wheels = self._check(target, action, self._key(action))
         pin = wheel_pin(target.recipe.package, target.answer.version)
         hashes = " ".join(f"--hash=sha256:{w.sha256}" for w in wheels)
-        self._shared_dir()
+        make_shared_dir(self.run.fs.path(SHARED_DIR))
         write_atomic(
             self.run.fs.path(pin),
             f"{target.recipe.package}=={target.answer.version} {hashes}\n",
@@ -218,7 +218,7 @@ class FrozenStack:
         ]
         if not reqs:
             return
-        self._shared_dir()
+        make_shared_dir(self.run.fs.path(SHARED_DIR))
         write_atomic(fs.path(SOURCES_IN), "\n".join(reqs) + "\n", mode=0o644)
         fs.path(SOURCES).unlink(missing_ok=True)  # no earlier run's pins stand in for these
         lock = choices.lock
@@ -418,13 +418,6 @@ class FrozenStack:
                 code=EXIT_INPUT,
             )
         )
-
-    def _shared_dir(self) -> None:
-        """The directory beside the lock that only root writes and the venv's owner reads."""
-        shared = self.run.fs.path(SHARED_DIR)
-        for directory in (shared.parent, shared):
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o755)
 
 
 def _stack(choices: Choices, venv: VenvState | None) -> tuple[dict[str, str], str]:

@@ -22,7 +22,14 @@ from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.plan import Action
 from steps.runner import Result
-from steps.stack.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, STATE_LOCK, Lock
+from steps.stack.lock import (
+    SHARED_DIR,
+    SHARED_LOCK,
+    SMOKE_SCRIPT,
+    STATE_LOCK,
+    Lock,
+    make_shared_dir,
+)
 from steps.stack.obtain import settle_lock
 from steps.stack.refusal import StackUnavailable
 from steps.state import write_atomic
@@ -172,10 +179,7 @@ class StackSettler:
         check after the extensions), in a directory only root writes; a venv kept unlocked
         gets its check after the extensions too."""
         fs = self.run.fs
-        shared = fs.path(SHARED_DIR)
-        for directory in (shared.parent, shared):
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o755)
+        make_shared_dir(fs.path(SHARED_DIR))
         write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
 
     def recorder(self, action: Action) -> Execute | None:

@@ -213,3 +213,11 @@ def build_of_pins(pins: dict[str, str]) -> str:
         return local
     cuda = cuda_of_pins(pins)
     return f"cu{cuda.cuda.replace('.', '')}" if cuda else "cpu"
+
+
+def make_shared_dir(shared: Path) -> None:
+    """The directory beside the lock that only root writes and the venv's owner reads
+    (`shared`: SHARED_DIR under the run's root), and the one above it."""
+    for directory in (shared.parent, shared):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
