@@ -140,9 +140,14 @@ class Governor:
     # -- the runner's interface -------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """Variables the build command needs so that its ninja obeys this governor, and the most
-        jobs it lets run, by which mlsetup's ninja plans its order (steps/buildtools.py)."""
-        return {**self._jobserver.env(), "MLSETUP_JOB_SLOTS": str(self._throttle.ceiling)}
+        """Variables the build command needs so that its ninja obeys this governor, and what
+        mlsetup's ninja plans its order by (steps/buildtools.py): the most jobs it lets run, and
+        the seconds between two jobs let go, as it starts (the first jobs start that far apart)."""
+        return {
+            **self._jobserver.env(),
+            "MLSETUP_JOB_SLOTS": str(self._throttle.ceiling),
+            "MLSETUP_JOB_STAGGER_S": f"{self._throttle.stagger_s():.2f}",
+        }
 
     def share_with(self, uid: int, gid: int) -> None:
         """Let the account the build runs as open the jobserver FIFO (it is private otherwise)."""

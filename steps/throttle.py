@@ -87,6 +87,11 @@ class Throttler:
         fit = (self.budget - self.guard) // max(self._learned.peak_job, 1)
         return max(1, min(self.ceiling, fit))
 
+    def stagger_s(self) -> float:
+        """The seconds between two jobs let go: the peaks the budget holds, spread over one
+        time-to-peak."""
+        return self._learned.ramp_s / self.fit_at_peak()
+
     def token_jobs(self) -> int:
         """The jobs the jobserver's tokens allow: the ceiling, from the start. ninja (1.13)
         takes tokens only when it starts and when a job ends, so the jobs it starts first are
@@ -157,7 +162,7 @@ class Throttler:
         # never bunch up and the memory a job gives back after its peak is used by the next.
         # Counted from the previous slot rather than from now, so that starts keep the pace
         # even when the interval is not a whole number of samples.
-        stagger = self._learned.ramp_s / self.fit_at_peak()
+        stagger = self.stagger_s()
         self._next_admit = max(self._next_admit, now - stagger) + stagger
 
     def _worst_growth(self, now: float, jobs: list[Job], peak: int) -> int:

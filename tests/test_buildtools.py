@@ -241,6 +241,14 @@ def test_ninja_balances_the_longest_first_over_the_governors_job_slots(tmp_path:
     assert build_order(temp) == ["a", "c", "d", "b", "e"]
     assert "longest first, balanced over 2 job slots" in said
 
+    # The governor lets the second job go 2 s after the first (MLSETUP_JOB_STAGGER_S): the
+    # second slot is planned from 2 s (3+2+2 on the first, 2 late + 3+2 on the second, both
+    # ending at 7), so the second 3 s object is the second to start, not the fourth.
+    shutil.rmtree(tmp_path / "build")
+    temp = write_manifest(tmp_path, {"a": 3, "b": 3, "c": 2, "d": 2, "e": 2})
+    two_jobs(temp, {**env, "MLSETUP_JOB_STAGGER_S": "2"}, shim=True)
+    assert build_order(temp) == ["a", "b", "c", "d", "e"]
+
 
 def build_order(temp: Path) -> list[str]:
     text = (temp / "build.ninja").read_text()
@@ -296,6 +304,94 @@ def test_ninja_that_builds_nothing_or_cannot_read_the_manifest_just_runs_ninja(t
     broken = subprocess.run(["ninja"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert broken.returncode != 0 and "ninja: error" in broken.stdout + broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+def torch_like_manifest(where: Path, seconds: dict[str, float], post: str) -> Path:
+    """A build.ninja as torch 2.11's cpp_extension writes it with PYTORCH_NVCC set: `nvcc =`
+    mlsetup's nvcc, CUDA objects by rule cuda_compile and C++ by rule compile; a profile with the
+    objects' times. The real nvcc of CUDA_HOME (see `recording_cuda`) records each object's argv."""
+    temp = where / "build" / "temp.linux-x86_64-cpython-312"
+    (temp / "csrc").mkdir(parents=True)
+    lines = [
+        f"nvcc = {NVCC}",
+        f"cuda_post_cflags = {post}",
+        "rule compile",
+        "  command = touch $out",
+        "rule cuda_compile",
+        "  command = $nvcc -c $in -o $out $cuda_post_cflags",
+    ]
+    for name in sorted(seconds):
+        source = temp / "csrc" / (name if name.endswith(".cpp") else f"{name}.cu")
+        source.write_text("x")
+        rule = "compile" if name.endswith(".cpp") else "cuda_compile"
+        lines.append(f"build {temp}/csrc/{Path(name).stem}.o: {rule} {source}")
+    (temp / "build.ninja").write_text("\n".join(lines) + "\n")
+    rows = [
+        f"0\t{int(s * 1000)}\t0\t/elsewhere/temp.x/csrc/{Path(n).stem}.o\tab"
+        for n, s in seconds.items()
+    ]
+    (where / "profile.ninja_log").write_text("# ninja log v7\n" + "\n".join(rows) + "\n")
+    return temp
+
+
+@pytest.fixture
+def recording_cuda(tmp_path: Path) -> Path:
+    """A CUDA_HOME whose nvcc writes the arguments it got beside the object, one a line."""
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(
+        '#!/bin/sh\nout="" prev=""\nfor a; do [ "$prev" = -o ] && out=$a; prev=$a; done\n'
+        'printf \'%s\\n\' "$@" > "$out.argv"\ntouch "$out"\n'
+    )
+    nvcc.chmod(0o755)
+    return tmp_path / "cuda"
+
+
+def test_an_object_that_outlasts_the_others_share_splits_over_the_idle_cores(
+    tmp_path: Path, recording_cuda: Path
+):
+    """causal-conv1d 1.7.0 on the H200 (its 4 objects' times, 16 job slots): causal_conv1d_bwd.o
+    is 181 s of 246, so it gets round(16 x 181 / 246) = 12 threads through a binding mlsetup's
+    ninja writes and real ninja expands; the short CUDA objects keep the threads of --threads (4),
+    the C++ object nothing; --mlsetup-threads never reaches the real nvcc."""
+    seconds = {
+        "causal_conv1d_bwd": 181,
+        "causal_conv1d.cpp": 40,
+        "causal_conv1d_fwd": 15,
+        "causal_conv1d_update": 10,
+    }
+    post = " ".join([*CAUSAL_CONV1D, "--threads", "4"])
+    env = {
+        "MLSETUP_OBJECT_PROFILE": str(tmp_path / "profile.ninja_log"),
+        "MLSETUP_JOB_SLOTS": "16",
+        "MLSETUP_NVCC_SPLIT": "1",
+        "MLSETUP_CUDA_ARCHS": "90",
+        "CUDA_HOME": str(recording_cuda),
+    }
+    temp = torch_like_manifest(tmp_path, seconds, post)
+    done = run_ninja(temp, env)
+    said = done.stdout + done.stderr  # ninja prints each command's own output on its stdout
+
+    def argv(name: str) -> list[str]:
+        return (temp / "csrc" / f"{name}.o.argv").read_text().splitlines()
+
+    assert "split over the idle cores: causal_conv1d_bwd.o: 12 threads" in said
+    assert argv("causal_conv1d_bwd")[-1] == "--split-compile=12"
+    assert "12 threads mlsetup's ninja planned for this object" in said
+    for short in ("causal_conv1d_fwd", "causal_conv1d_update"):
+        assert argv(short)[-1] == "--split-compile=4"
+    for name in ("causal_conv1d_bwd", "causal_conv1d_fwd"):
+        assert not any(a.startswith("--mlsetup-threads") for a in argv(name))
+        assert gencode("90") == [a for a in argv(name) if "arch=" in a or a == "-gencode"]
+
+    # An nvcc older than 13.0 (no MLSETUP_NVCC_SPLIT), or flags that choose --split-compile
+    # themselves: no threads are planned, the statements stay as torch wrote them.
+    for variant, flags in (({"MLSETUP_NVCC_SPLIT": ""}, post), ({}, post + " --split-compile=2")):
+        shutil.rmtree(tmp_path / "build")
+        temp = torch_like_manifest(tmp_path, seconds, flags)
+        said = run_ninja(temp, {**env, **variant}).stderr
+        assert "--mlsetup-threads" not in (temp / "build.ninja").read_text()
+        assert "split over the idle cores" not in said
 
 
 # -- what root keeps, what root hands out -----------------------------------------------------

@@ -20,6 +20,7 @@ from steps.events import BuildProgress, Event, MemorySample, Throttle
 from steps.governor import Governor
 from steps.jobserver import MAX_JOBS_UNDER_GOVERNOR
 from steps.lessons import Lessons
+from steps.units import GiB
 
 NINJA = Path(sys.executable).parent / "ninja"
 JOB = Path(__file__).resolve().parent / "bench" / "synthetic_job.py"
@@ -130,6 +131,17 @@ def test_env_points_ninja_at_a_fifo_and_keeps_torch_from_passing_j() -> None:
     assert env["MAX_JOBS"] == MAX_JOBS_UNDER_GOVERNOR and not env["MAX_JOBS"].isdigit()
     gov.stop()
     assert not path.exists()
+
+
+def test_env_tells_mlsetups_ninja_the_slots_and_the_stagger_it_will_start_jobs_at() -> None:
+    """48 GiB, first guess 7 GiB a job and 40 s to its peak (the H200's flash-attn lessons):
+    6 peaks fit under the budget less its guard, so jobs are let go 40 / 6 s apart, and ninja's
+    plan counts the sixteenth slot as starting 15 of those late."""
+    gov = Governor(ceiling=16, budget_bytes=48 * GiB, peak_job_bytes=7 * GiB, ramp_s=40.0)
+    env = gov.env()
+    gov.stop()
+    assert env["MLSETUP_JOB_SLOTS"] == "16"
+    assert env["MLSETUP_JOB_STAGGER_S"] == f"{40 / 6:.2f}"
 
 
 def test_feed_line_turns_ninja_progress_into_events() -> None:

@@ -12,12 +12,20 @@ fewer running while eleven cores idled.
 
 So before ninja reads build.ninja, this orders each run of consecutive build statements by
 expected time, longest first and balanced over the most jobs the memory governor lets run
-(MLSETUP_JOB_SLOTS; see `planned`). An object's expected time is what it took in an earlier
-build of this same tree (its .ninja_log), else in an earlier build of the same extension and
-version that root kept (MLSETUP_OBJECT_LESSONS, a copy of that build's .ninja_log), else in the
-recipe's profile (MLSETUP_OBJECT_PROFILE, a .ninja_log measured elsewhere), else the size of its
-source scaled by the seconds per byte of the objects whose time is known. Statements whose inputs
-are built by other statements (a link) keep their places, and nothing else in the file changes.
+(MLSETUP_JOB_SLOTS; see `planned`), which it lets go one stagger apart (MLSETUP_JOB_STAGGER_S).
+An object's expected time is what it took in an earlier build of this same tree (its
+.ninja_log), else in an earlier build of the same extension and version that root kept
+(MLSETUP_OBJECT_LESSONS, a copy of that build's .ninja_log), else in the recipe's profile
+(MLSETUP_OBJECT_PROFILE, a .ninja_log measured elsewhere), else the size of its source scaled by
+the seconds per byte of the objects whose time is known. Statements whose inputs are built by
+other statements (a link) keep their places, and nothing else in the file changes.
+
+An object that alone is more than one core's share of the build's expected time (causal-conv1d's
+causal_conv1d_bwd.cu: three quarters of it) would run on for minutes while the cores idle: where
+the build's nvcc is mlsetup's and splits compilations (MLSETUP_NVCC_SPLIT), its statement gets
+`nvcc = $nvcc --mlsetup-threads=N`, N its share of the job slots, and mlsetup's nvcc splits its
+compilation over that many threads (see `spread`).
+
 Then it execs the next ninja on PATH with the same arguments and environment (the jobserver in
 MAKEFLAGS included), so the memory governor sees the real ninja and its jobs as before; it still
 decides how many of them run. Anything unexpected leaves build.ninja as it was: the build goes on.
@@ -241,7 +249,7 @@ def estimate(
     return counts
 
 
-def longest_first(manifest: Manifest, movable: list[Edge], slots: int) -> bool:
+def longest_first(manifest: Manifest, movable: list[Edge], slots: int, stagger: float) -> bool:
     """Reorder each run of consecutive build statements: its movable edges, in `planned` order,
     into the places movable edges held. True when anything moved."""
     can_move = {id(e) for e in movable}
@@ -254,7 +262,7 @@ def longest_first(manifest: Manifest, movable: list[Edge], slots: int) -> bool:
                 run.append(index)
             continue
         edges = [c for c in (manifest.chunks[i] for i in run) if isinstance(c, Edge)]
-        ordered = planned(edges, slots)
+        ordered = planned(edges, slots, stagger)
         if ordered != edges:
             changed = True
             for i, edge in zip(run, ordered, strict=True):
@@ -263,7 +271,7 @@ def longest_first(manifest: Manifest, movable: list[Edge], slots: int) -> bool:
     return changed
 
 
-def planned(edges: list[Edge], slots: int) -> list[Edge]:
+def planned(edges: list[Edge], slots: int, stagger: float = 0.0) -> list[Edge]:
     """The order ninja should start `edges` in with `slots` jobs at a time: longest first, and
     balanced. Each slot is planned a set of objects of about the same total time (the longest
     first, each to the least loaded slot, then moves and swaps off the most loaded one while
@@ -271,15 +279,17 @@ def planned(edges: list[Edge], slots: int) -> list[Edge]:
     longest first: ninja, giving each freed job to the next in the list, then runs that plan.
     Plain longest first leaves the slots' ends far apart when the objects are few and long:
     replaying flash-attn's 73 H200 times on 16 slots, 1,069 s against 995 s planned, for a
-    bound of 994 s. Edges of unknown time go last; ties keep the file's order. With one slot,
-    or too many edges to plan quickly, longest first alone."""
+    bound of 994 s. Slot k starts `stagger` x k seconds late, as the governor lets the first
+    jobs go one stagger apart (3.6 s on the H200: its last slot 54 s after the first). Edges of
+    unknown time go last; ties keep the file's order. With one slot, or too many edges to plan
+    quickly, longest first alone."""
     known = [e for e in edges if e.cost is not None]
     unknown = [e for e in edges if e.cost is None]
     longest = sorted(known, key=lambda e: -(e.cost or 0.0))
     if slots < 2 or len(known) <= slots or len(known) > PLAN_LIMIT:
         return longest + unknown
     bins: list[list[Edge]] = [[] for _ in range(slots)]
-    loads = [0.0] * slots
+    loads = [stagger * k for k in range(slots)]
     for edge in longest:
         i = loads.index(min(loads))
         bins[i].append(edge)
@@ -289,8 +299,8 @@ def planned(edges: list[Edge], slots: int) -> list[Edge]:
             break
     position = {id(e): n for n, e in enumerate(edges)}
     starts = []
-    for slot in bins:
-        t = 0.0
+    for k, slot in enumerate(bins):
+        t = stagger * k
         for edge in sorted(slot, key=lambda e: (-(e.cost or 0.0), position[id(e)])):
             starts.append((t, -(edge.cost or 0.0), position[id(edge)], edge))
             t += edge.cost or 0.0
@@ -317,6 +327,50 @@ def _improve(bins: list[list[Edge]], loads: list[float]) -> bool:
                     loads[other] += moved
                     return True
     return False
+
+
+def spread(manifest: Manifest, movable: list[Edge], slots: int, nvcc: Path) -> list[str]:
+    """Give each CUDA object of more than one core's share of the expected time (the sum over
+    `slots` job slots) that share in threads, through mlsetup's nvcc (`nvcc`, which must be the
+    manifest's): a statement-level binding, which ninja evaluates in the file's scope, so
+    `$nvcc` in it is the file's nvcc. Objects already given a compiler of their own, or builds
+    whose flags choose --split-compile themselves, are left alone. Returns "object: N threads"
+    for each object given threads."""
+    wrapper = manifest.variables.get("nvcc", "").strip()
+    try:
+        if not wrapper or Path(wrapper).resolve() != nvcc.resolve():
+            return []
+    except OSError:
+        return []
+    if any("split-compile" in value for value in manifest.variables.values()):
+        return []
+    rules = _rules_running_nvcc(manifest)
+    total = sum(e.cost or 0.0 for e in movable)
+    given = []
+    for edge in movable:
+        if edge.rule not in rules or not edge.cost or total <= 0:
+            continue
+        threads = min(slots, round(slots * edge.cost / total))
+        lines = _logical_lines(edge.text)
+        if threads < 2 or any(re.match(r"\s+nvcc\s*=", line) for line in lines[1:]):
+            continue
+        edge.text = "".join([lines[0], f"  nvcc = $nvcc --mlsetup-threads={threads}\n", *lines[1:]])
+        given.append(f"{Path(edge.outputs[0]).name}: {threads} threads")
+    return given
+
+
+def _rules_running_nvcc(manifest: Manifest) -> set[str]:
+    """The rules whose command starts the manifest's nvcc."""
+    names = set()
+    for chunk in manifest.chunks:
+        if not isinstance(chunk, str) or not chunk.startswith("rule "):
+            continue
+        lines = _logical_lines(chunk)
+        for line in lines[1:]:
+            key, _, value = line.strip().partition("=")
+            if key.strip() == "command" and re.search(r"\$(nvcc\b|\{nvcc\})", value):
+                names.add(lines[0].split()[1])
+    return names
 
 
 def render(manifest: Manifest) -> str:
@@ -373,7 +427,12 @@ def order(argv: list[str], environ: dict[str, str]) -> str | None:
     counts = estimate(movable, sources, directory)
     value = environ.get("MLSETUP_JOB_SLOTS", "")  # the memory governor's job ceiling
     slots = int(value) if value.isdigit() else 1
-    if not longest_first(manifest, movable, slots):
+    moved = longest_first(manifest, movable, slots, _seconds(environ, "MLSETUP_JOB_STAGGER_S"))
+    threads = []
+    if environ.get("MLSETUP_NVCC_SPLIT") and slots > 1:
+        threads = spread(manifest, movable, slots, Path(__file__).resolve().parent / "nvcc")
+    split = f"; split over the idle cores: {', '.join(threads)}" if threads else ""
+    if not moved and not threads:
         return f"mlsetup ninja: {len(movable)} objects, already longest first"
     _replace(path, render(manifest))
     where = [f"{n} from {name}" for name, n in counts.measured.items() if n]
@@ -385,8 +444,17 @@ def order(argv: list[str], environ: dict[str, str]) -> str | None:
     balanced = f", balanced over {slots} job slots" if slots > 1 else ""
     return (
         f"mlsetup ninja: {len(movable)} objects ordered longest first{balanced} "
-        f"(expected times: {', '.join(where)}); first: {first}"
+        f"(expected times: {', '.join(where)}); first: {first}{split}"
     )
+
+
+def _seconds(environ: dict[str, str], name: str) -> float:
+    """A variable's value as seconds (0 when it is absent or not a number of them)."""
+    try:
+        value = float(environ.get(name, ""))
+    except ValueError:
+        return 0.0
+    return value if 0 <= value < 3600 else 0.0
 
 
 def _times(environ: dict[str, str], name: str) -> dict[str, float]:

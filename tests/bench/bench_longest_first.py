@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/bench_longest_first.py [--scale 10]     (as root: a fake server)
 
 flash-attn 2.8.3's 73 objects as the H200 build timed them (assets/buildtools/profiles/
-flash-attn-2.8.3-sm90.ninja_log: 40-389 s), each divided by --scale, become a synthetic
+flash-attn-2.8.3-sm90.ninja_log: 45-411 s), each divided by --scale, become a synthetic
 extension: a setup.py that writes a build.ninja the way torch's cpp_extension does (one
 statement per source under build/temp.*, sorted by name as setuptools sorts the sources) and
 runs `ninja -v` from PATH. Each job is tests/bench/synthetic_job.py: its memory climbs to a
