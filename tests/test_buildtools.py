@@ -150,6 +150,18 @@ def test_a_real_nvcc_through_the_wrapper_builds_only_the_present_arch(tmp_path: 
         subprocess.run(argv, env=env, check=True, capture_output=True)
     assert fatbin_archs(tmp_path / "trimmed.o") == [90]
     assert fatbin_archs(tmp_path / "all.o") == [75, 80, 90, 120]
+    # the threads mlsetup's ninja plans for a long object: the real nvcc 13 gets
+    # --split-compile=2 in place of mlsetup's own option, and compiles
+    argv = [str(NVCC), "-c", str(source), "-o", str(tmp_path / "split.o"), *gencode("90")]
+    done = subprocess.run(
+        [*argv, "--mlsetup-threads=2"],
+        env={**env, "MLSETUP_NVCC_SPLIT": "1"},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert "--split-compile=2 for the 2 threads mlsetup's ninja planned" in done.stderr
+    assert fatbin_archs(tmp_path / "split.o") == [90]
 
 
 # -- mlsetup's ninja ---------------------------------------------------------------------------
