@@ -330,9 +330,9 @@ def _improve(bins: list[list[Edge]], loads: list[float]) -> bool:
 
 
 def spread(manifest: Manifest, movable: list[Edge], slots: int, nvcc: Path) -> list[str]:
-    """Give each CUDA object of more than one core's share of the expected time (the sum over
-    `slots` job slots) that share in threads, through mlsetup's nvcc (`nvcc`, which must be the
-    manifest's): a statement-level binding, which ninja evaluates in the file's scope, so
+    """Give each CUDA object whose share of the build's expected time is worth two or more of its
+    `slots` job slots (rounded) that many threads, through mlsetup's nvcc (`nvcc`, which must be
+    the manifest's): a statement-level binding, which ninja evaluates in the file's scope, so
     `$nvcc` in it is the file's nvcc. Objects already given a compiler of their own, or builds
     whose flags choose --split-compile themselves, are left alone. Returns "object: N threads"
     for each object given threads."""
