@@ -301,7 +301,7 @@ class Engine:
             self.emit(
                 StepStarted(step=name, reason=step.reason, actions=[a.id for a in step.actions])
             )
-            if name == "extensions" and not self.req.dry_run:
+            if spec.builds_extensions and not self.req.dry_run:
                 self.builds.prepare_build_trees()
                 self.frozen.before_step(step)  # exit 2 before a wheel that needs another torch
             for action in step.actions:

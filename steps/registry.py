@@ -47,6 +47,9 @@ class StepSpec:
     # its wizard screen's controller, "module:Class" under app/ (steps/ never imports app/)
     controller: str
     kind: StepKind = "changes"
+    # whether it compiles the answers' extensions: the engine prepares their build trees and
+    # checks what they need and install against the lock before it runs the step's actions
+    builds_extensions: bool = False
 
     @property
     def changes_machine(self) -> bool:
@@ -77,6 +80,7 @@ STEPS: tuple[StepSpec, ...] = (
         "CUDA extensions",
         lambda i: extensions.plan(i.facts, i.answers, i.choices, i.venv, i.wheels),
         "app.tui.controllers.extensions:ExtensionsController",
+        builds_extensions=True,
     ),
 )
 
