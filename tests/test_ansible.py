@@ -34,8 +34,10 @@ RECAP = re.compile(
 )
 APT_BROKEN = "E: Unable to correct problems, you have held broken packages."
 
-# under xdist (tests/run.sh) on one worker: its plays share one fleet, in order
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ansible")]
+pytestmark = pytest.mark.slow
+# under xdist (tests/run.sh) the fleet's tests keep to one worker: its plays share one fleet, in
+# order; the module's other tests (a play of their own each) go to whichever worker is free
+FLEET = pytest.mark.xdist_group("ansible")
 
 
 def ansible_playbook() -> str:
@@ -214,6 +216,7 @@ def fleet(uv_binary: Path):
         shutil.rmtree(base, ignore_errors=True)
 
 
+@FLEET
 def test_check_mode_previews_every_host_and_changes_nothing(fleet: Fleet):
     run = fleet.check()
     assert run.returncode == 0, shown(run)
@@ -240,6 +243,7 @@ def test_check_mode_previews_every_host_and_changes_nothing(fleet: Fleet):
     assert not (fleet.controller / "reports").exists()
 
 
+@FLEET
 def test_first_play_sets_up_reboots_once_and_fails_only_the_broken_host(fleet: Fleet):
     run = fleet.first()
     assert run.returncode == 2, shown(run)  # 2: a host failed
@@ -275,6 +279,7 @@ def test_first_play_sets_up_reboots_once_and_fails_only_the_broken_host(fleet: F
     assert "diagnosis: apt-broken" in out
 
 
+@FLEET
 def test_one_build_for_the_fleet(fleet: Fleet):
     """gpu1 builds tinyext and publishes the wheel; the role brings it to the controller and
     to gpu2, which installs it instead of compiling (the engine's wheelhouse contract)."""
@@ -289,6 +294,7 @@ def test_one_build_for_the_fleet(fleet: Fleet):
     assert "extensions.tinyext.install-wheel" in ran and "extensions.tinyext.build" not in ran, ran
 
 
+@FLEET
 def test_second_play_changes_nothing(fleet: Fleet):
     run = fleet.second()
     counts = recap(run)
@@ -304,6 +310,7 @@ def test_second_play_changes_nothing(fleet: Fleet):
     assert fleet.last("gpu3")["failure"]["diagnosis"] == "apt-broken"
 
 
+@FLEET
 def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: Fleet):
     run = fleet.third()
     assert run.returncode == 0, shown(run)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,8 +30,11 @@ def machine(name: str) -> Path:
 def empty_root() -> Path:
     """A machine root with nothing in it, for sessions of a recorded machine: what the wizard
     reads of the machine's own runs (/var/lib/mlsetup, /var/log/mlsetup: a real run's, and
-    root-only) is then this empty tree's, whoever runs the tests and whatever ran here."""
-    return Path(tempfile.mkdtemp(prefix="mlsetup-empty-root-"))
+    root-only) is then this empty tree's, whoever runs the tests and whatever ran here. One
+    per test process, removed when that process (a pytest session, an xdist worker) ends."""
+    root = Path(tempfile.mkdtemp(prefix="mlsetup-empty-root-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def dry_session(facts: str, answers: Path | None = None, **kw) -> Session:
