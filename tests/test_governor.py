@@ -211,7 +211,9 @@ def test_a_resumed_build_starts_from_what_the_killed_one_learned(tmp_path: Path)
     assert oct(lessons.stat().st_mode & 0o777) == "0o600"
     kept = Lessons.load(lessons)
     assert kept is not None and len(kept.peaks) >= 2
-    assert all(95 * MiB <= p <= 140 * MiB for p in kept.peaks), kept.peaks
+    # each job's peak as sampled every 50 ms: under load a sample can land up to a tenth of the
+    # ramp before the top (92.6 MiB seen on CI's box), never near the 8 MiB guess
+    assert all(80 * MiB <= p <= 140 * MiB for p in kept.peaks), kept.peaks
     # times to peak are running time: the spells the hard stop kept a job frozen are not in
     # it. The jobs ramp for 0.5 s; a loaded 2-core runner stretched that to 3.0 s once, so the
     # bound allows for start-up under load, not for frozen spells on top of it.
