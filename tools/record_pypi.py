@@ -45,18 +45,14 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.recorded_pypi import (  # noqa: E402 - the checkout on the path first
+from steps import tomlcompat as tomllib  # noqa: E402 - the checkout on the path first
+from tests.recorded_pypi import (  # noqa: E402
     ARCHIVE,
     SIMPLE_JSON,
     STACKS,
     Recording,
     strip_metadata,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PLATFORM = "x86_64-manylinux_2_35"
 WHOLE_FILE_LIMIT = 3 * 1024 * 1024  # an sdist or backend wheel kept whole; larger is refused
