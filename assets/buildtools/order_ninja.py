@@ -344,11 +344,13 @@ def spread(manifest: Manifest, movable: list[Edge], slots: int, nvcc: Path) -> l
         return []
     if any("split-compile" in value for value in manifest.variables.values()):
         return []
-    rules = _rules_running_nvcc(manifest)
     total = sum(e.cost or 0.0 for e in movable)
+    if total <= 0:
+        return []
+    rules = _rules_running_nvcc(manifest)
     given = []
     for edge in movable:
-        if edge.rule not in rules or not edge.cost or total <= 0:
+        if edge.rule not in rules or not edge.cost:
             continue
         threads = min(slots, round(slots * edge.cost / total))
         lines = _logical_lines(edge.text)
