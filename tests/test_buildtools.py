@@ -181,10 +181,17 @@ def write_manifest(where: Path, seconds: dict[str, float], extra: str = "") -> P
         (temp / "csrc" / f"{name}.cu").write_text("x" * 10)
         lines.append(f"build {temp}/csrc/{name}.o: job {temp}/csrc/{name}.cu")
     (temp / "build.ninja").write_text("\n".join(lines) + "\n" + extra)
-    profile = where / "profile.ninja_log"
-    rows = [f"0\t{int(s * 1000)}\t0\t/elsewhere/temp.x/csrc/{n}.o\tab" for n, s in seconds.items()]
-    profile.write_text("# ninja log v7\n" + "\n".join(rows) + "\n")
+    write_profile(where, seconds)
     return temp
+
+
+def write_profile(where: Path, seconds: dict[str, float]) -> None:
+    """where/profile.ninja_log: a recipe's profile giving each object (by source name) its time."""
+    rows = [
+        f"0\t{int(s * 1000)}\t0\t/elsewhere/temp.x/csrc/{Path(n).stem}.o\tab"
+        for n, s in seconds.items()
+    ]
+    (where / "profile.ninja_log").write_text("# ninja log v7\n" + "\n".join(rows) + "\n")
 
 
 def run_ninja(temp: Path, env: dict[str, str], shim: bool = True) -> subprocess.CompletedProcess:
@@ -338,11 +345,7 @@ def torch_like_manifest(where: Path, seconds: dict[str, float], post: str) -> Pa
         rule = "compile" if name.endswith(".cpp") else "cuda_compile"
         lines.append(f"build {temp}/csrc/{Path(name).stem}.o: {rule} {source}")
     (temp / "build.ninja").write_text("\n".join(lines) + "\n")
-    rows = [
-        f"0\t{int(s * 1000)}\t0\t/elsewhere/temp.x/csrc/{Path(n).stem}.o\tab"
-        for n, s in seconds.items()
-    ]
-    (where / "profile.ninja_log").write_text("# ninja log v7\n" + "\n".join(rows) + "\n")
+    write_profile(where, seconds)
     return temp
 
 
