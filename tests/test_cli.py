@@ -7,6 +7,7 @@ import ast
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from tests.common import MACHINES, REPO
 from tests.fakemachine import FakeMachine
 
 H200 = str(MACHINES / "h200-ubuntu2404.json")
+# uv's words when it cannot reach the index (a machine without the registries)
+UNREACHABLE = re.compile(r"Failed to fetch|error sending request|dns error|network", re.IGNORECASE)
 CPU_ANSWERS = 'version = 1\n[torch]\ncuda = "cpu"\n'
 
 
@@ -248,16 +251,27 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
     uv = str(uv_binary)
     # no Python is fetched; the index is reached with the system's certificates, as mlsetup's
     # own uv is (steps/stack/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
-    no_download = {"UV_SYSTEM_CERTS": "true", **os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    # mlsetup's dependencies come from the index (the suite's UV_OFFLINE=1 would make them
+    # come from whatever uv's cache happens to hold: a fresh machine's holds nothing)
+    no_download = {
+        "UV_SYSTEM_CERTS": "true",
+        **os.environ,
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_OFFLINE": "0",
+    }
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True, env=no_download)
-    subprocess.run(
+    install = subprocess.run(
         [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), "-r", "pyproject.toml"],
-        check=True,
+        capture_output=True,
+        text=True,
         cwd=REPO,
         env=no_download,
         timeout=300,
     )
+    if install.returncode != 0 and UNREACHABLE.search(install.stderr):
+        pytest.skip(f"the package index is unreachable: {install.stderr.strip()[-300:]}")
+    assert install.returncode == 0, install.stderr
     for argv in (["--help"], ["plan", "--facts", H200]):
         closed_stdout_run(str(venv / "bin/python"), argv, tmp_path)
 
