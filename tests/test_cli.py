@@ -19,7 +19,7 @@ import pytest
 from uv import find_uv_bin
 
 from app.cli import GLOBAL_DEFAULTS, TAKES, main
-from tests.common import MACHINES, REPO
+from tests.common import MACHINES, REPO, run_cli
 from tests.fakemachine import FakeMachine
 
 H200 = str(MACHINES / "h200-ubuntu2404.json")
@@ -289,3 +289,15 @@ def test_the_exit_codes_are_defined_in_one_module():
                     if isinstance(name, ast.Name) and name.id.startswith("EXIT_"):
                         defined.setdefault(name.id, []).append(path.relative_to(REPO).as_posix())
     assert defined and all(where == ["steps/exitcodes.py"] for where in defined.values()), defined
+
+
+def test_the_readmes_unattended_quick_start_plans(tmp_path: Path):
+    """The answers file the README gives a newcomer is valid and plans the stack it promises."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("# server.toml\n", 1)[1].split("```", 1)[0]
+    answers = tmp_path / "server.toml"
+    answers.write_text(block)
+    fresh = str(MACHINES / "fresh-h100x8-ubuntu2204.json")
+    done = run_cli("plan", "--facts", fresh, "--answers", str(answers))
+    assert done.returncode == 0, done.stderr
+    assert "flash-attn" in done.stdout and "reboot" in done.stdout.lower()
