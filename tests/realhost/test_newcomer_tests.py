@@ -75,8 +75,10 @@ def tarball(realhost_base: Path) -> Path:
 @pytest.fixture(scope="module")
 def host(boot) -> Container:
     container = boot("newcomer")
+    # the image carries python3-venv for the other real-host tests: a fresh server has not
     container.ssh(
-        "echo '127.0.1.1 newcomer' >> /etc/hosts && "
+        "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q python3-venv 'python3.*-venv' "
+        ">/dev/null && echo '127.0.1.1 newcomer' >> /etc/hosts && "
         f"useradd -m -s /bin/bash {USER} && "
         f"echo '{USER} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{USER}",
         timeout=300,
