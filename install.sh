@@ -7,6 +7,9 @@
 # at $MLSETUP_PREFIX (default /opt/mlsetup), linked from /usr/local/bin, which sudo keeps on PATH.
 set -euo pipefail
 
+# Root runs this installation's code and build tools: nothing of it may be writable by another
+# account, whatever the archive carried (git archive's 0775/0664) or the caller's umask.
+umask 022
 prefix=${MLSETUP_PREFIX:-/opt/mlsetup}
 bindir=${MLSETUP_BINDIR:-/usr/local/bin}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +49,7 @@ trap 'rm -rf "$build"' EXIT
 tar -C "$src" --exclude=__pycache__ --exclude='*.py[co]' -cf - \
     pyproject.toml README.md LICENSE app steps assets | tar -C "$build" --no-same-owner -xf -
 "$prefix/bin/python" -m pip install --quiet --disable-pip-version-check "$build"
+chmod -R go-w "$prefix"
 mkdir -p "$bindir"
 # The link is for people; what mlsetup starts by itself (the detached engine, the resume unit's
 # ExecStart) names $prefix/bin/mlsetup, the script beside the interpreter that runs it.

@@ -241,6 +241,11 @@ def run(argv: list[str]) -> int:
         return _lock(args, answers)
     with input_kind("answers"):  # a refusal of the resolution is one of the answers' packages
         facts, plan = _plan(args, answers)
+    from steps.installation import warning
+
+    untrusted = warning()
+    if untrusted is not None:
+        print(f"mlsetup: warning: {untrusted}", file=sys.stderr)
     if args.command == "plan" and args.json:
         sys.stdout.write(plan.to_json())
     else:

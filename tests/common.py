@@ -30,6 +30,37 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 NOBODY = 65534
 
 
+def copy_fixture(name: str, dest: Path, owner: int) -> Path:
+    """tests/fixtures/<name> at `dest`, owned by `owner`, without group or other write
+    whatever modes the checkout has (a tarball extracted as root keeps git archive's 0775 and
+    0664, which mlsetup's trust rules rightly refuse in a source it builds)."""
+
+    import shutil
+
+    shutil.copytree(FIXTURES / name, dest)
+    for path in [dest, *dest.rglob("*")]:
+        os.chown(path, owner, owner, follow_symlinks=False)
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & 0o7755)
+    return dest
+
+
+def skip_unless_others_reach(path: Path, why: str) -> None:
+    """Skip a test whose other account (uid 1000, nobody) must run or read `path` of the
+    checkout when a directory above it shuts other accounts out (a checkout in /root, 0700):
+    an installed mlsetup lives in /opt/mlsetup, 0755, where they can."""
+
+    import pytest
+
+    for directory in [*reversed(path.parents), path]:
+        if directory.is_dir() and not directory.stat().st_mode & 0o001:
+            pytest.skip(
+                f"{why}: {directory} (mode {directory.stat().st_mode & 0o777:o}) shuts "
+                "other accounts out of the checkout; run the suite from a directory "
+                "they can reach (e.g. /srv or a home with mode 0755)"
+            )
+
+
 def as_a_user(work: Callable[[], str]) -> str:
     """`work()` in a child process that is not root (root drops to nobody; a user already is
     one), and what it returned."""

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from steps.engine import ApplyLock
 from steps.events import ActionStarted, Event, event_from_json
 from steps.runner import passthrough_environment
-from tests.common import FIXTURES, REPO
+from tests.common import FIXTURES, REPO, copy_fixture
 from tests.fakemachine import FakeMachine
 from tests.wheels import torch_index
 
@@ -123,9 +123,8 @@ class FakeServer:
         self.recipes.mkdir()
         for name in ("tinyext", "flakyext"):
             src = self.base / "src" / name
-            shutil.copytree(FIXTURES / name, src)
-            for path in [src.parent, src, *src.rglob("*")]:
-                os.chown(path, USER_UID, USER_UID)
+            copy_fixture(name, src, USER_UID)
+            os.chown(src.parent, USER_UID, USER_UID)
             recipe = (FIXTURES / f"{name}.toml").read_text().replace("@SOURCE@", str(src))
             (self.recipes / f"{name}.toml").write_text(recipe)
 

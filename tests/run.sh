@@ -1,25 +1,58 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh clone: a venv in .venv with the project and its test
-# extras, the static checks, then pytest (which exits non-zero when a test fails or none ran).
+# The whole test suite from a fresh clone or a release tarball, before or after install.sh, as
+# root or as a normal user: a venv in .venv with the project and its test extras, the static
+# checks, then pytest (which exits non-zero when a test fails or none ran).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Tools some tests drive, from this machine's apt archive when run as root (CI starts from a
-# bare image): systemd-nspawn containers for tests/realhost, zsh for the completion test, groff
-# and man for the manual page; without them (or without root) those tests skip and say why.
+say() { echo "run.sh: $*" >&2; }
+
+# What the suite needs from the system: python3's venv (Debian and Ubuntu ship python3 without
+# ensurepip until python3-venv is installed) and git (tests/realhost clones the checkout). The
+# tools some tests drive: systemd-nspawn containers for tests/realhost, zsh for the completion
+# test, groff and man for the manual page; without them those tests skip and say why.
+needed="python3-venv git"
 test_tools="debootstrap systemd-container openssh-client zsh groff man-db"
+has_venv() { python3 -c 'import ensurepip, venv' >/dev/null 2>&1; }
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 &&
-    ! { command -v debootstrap && command -v systemd-nspawn && command -v ssh &&
-        command -v zsh && command -v groff && command -v man; } >/dev/null; then
+    ! { has_venv && command -v git && command -v debootstrap && command -v systemd-nspawn &&
+        command -v ssh && command -v zsh && command -v groff && command -v man; } >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
+    say "installing $needed $test_tools (apt-get)"
     # shellcheck disable=SC2086
-    apt-get install -y -q $test_tools >/dev/null ||
-        { apt-get update -q >/dev/null && apt-get install -y -q $test_tools >/dev/null; } ||
-        echo "run.sh: could not install $test_tools; the tests that need them will skip" >&2
+    apt-get install -y -q $needed $test_tools >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q $needed $test_tools >/dev/null; } ||
+        say "could not install $test_tools; the tests that need them will skip"
+fi
+if ! has_venv; then
+    # a normal user cannot install it; the one command that does:
+    say "python3 has no venv module (ensurepip): run 'sudo apt-get install python3-venv' and again"
+    exit 1
+fi
+command -v git >/dev/null || say "no git: tests/realhost's new-user test skips ('sudo apt-get install git')"
+
+# A release tarball extracted as root keeps git-archive's modes (0775, 0664), and mlsetup's own
+# trust rules refuse code that another account could change (its nvcc wrapper, the fixtures it
+# builds as root): the checkout's files lose group and other write, as install.sh's copy does.
+writable=$(find . -path ./.venv -prune -o -path ./.git -prune -o -perm /022 ! -type l -print | wc -l)
+if [ "$writable" -gt 0 ]; then
+    say "removing group and other write from $writable files of the checkout (mlsetup runs no code other accounts can change)"
+    find . -path ./.venv -prune -o -path ./.git -prune -o -perm /022 ! -type l -exec chmod go-w {} +
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# A half-made venv (python3 -m venv without ensurepip leaves bin/python and no pip) is made
+# anew: testing for bin/python alone kept the broken one for every retry.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    [ -e .venv ] && say "rebuilding .venv (it has no working pip)"
+    rm -rf .venv
+    say "creating .venv with $(python3 --version)"
+    python3 -m venv .venv
+fi
+say "installing mlsetup and its test extras into .venv (about a minute the first time)"
+.venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -e '.[test]' |
+    grep -E '^(Successfully installed|ERROR)' >&2 || true
+.venv/bin/python -c 'import app, steps, pytest, xdist' || { say "the install into .venv failed (above)"; exit 1; }
+
 # ruff, ruff format, mypy, yamllint and ansible-lint (tests/checks.sh, also the pre-commit hooks),
 # then pytest even when one failed, so one run shows everything; either failing fails the run.
 checks=0
@@ -28,5 +61,5 @@ pytest=0
 # 3 workers; the modules that share a fixture across tests (a fleet, a wheel, containers) keep
 # to one worker each (their xdist_group)
 .venv/bin/python -m pytest -n 3 --dist loadgroup "$@" || pytest=$?
-[ "$checks" -eq 0 ] || echo "run.sh: a static check FAILED (checks.sh's findings, above pytest's)" >&2
+[ "$checks" -eq 0 ] || say "a static check FAILED (checks.sh's findings, above pytest's)"
 exit $((pytest ? pytest : checks))

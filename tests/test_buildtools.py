@@ -22,7 +22,7 @@ from steps.recipes import parse_recipes
 from steps.rootfs import RootFS
 from steps.safefs import UnsafeFile
 from steps.wheels import BUILD_ROOT
-from tests.common import FIXTURES
+from tests.common import FIXTURES, copy_fixture, skip_unless_others_reach
 from tests.device.builds_figures import fatbin_archs as fatbin_headers
 from tests.harness import USER_UID, FakeServer
 
@@ -462,10 +462,9 @@ def test_tools_another_account_could_change_are_refused(tmp_path: Path):
 
 def install_archext(server: FakeServer, extra: str = "") -> Path:
     """tests/fixtures/archext, owned by the venv's account, with its recipe (plus `extra`)."""
+    skip_unless_others_reach(TOOLS / "nvcc", "the build runs mlsetup's nvcc as uid 1000")
     src = server.base / "src" / "archext"
-    shutil.copytree(FIXTURES / "archext", src)
-    for path in [src, *src.rglob("*")]:
-        os.chown(path, USER_UID, USER_UID)
+    copy_fixture("archext", src, USER_UID)
     recipe = (FIXTURES / "archext.toml").read_text().replace("@SOURCE@", str(src)) + extra
     (server.recipes / "archext.toml").write_text(recipe)
     server.machine.driver_loaded("580.105.08")

@@ -7,6 +7,7 @@ import ast
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,10 +19,12 @@ import pytest
 from uv import find_uv_bin
 
 from app.cli import GLOBAL_DEFAULTS, TAKES, main
-from tests.common import MACHINES, REPO
+from tests.common import MACHINES, REPO, run_cli
 from tests.fakemachine import FakeMachine
 
 H200 = str(MACHINES / "h200-ubuntu2404.json")
+# uv's words when it cannot reach the index (a machine without the registries)
+UNREACHABLE = re.compile(r"Failed to fetch|error sending request|dns error|network", re.IGNORECASE)
 CPU_ANSWERS = 'version = 1\n[torch]\ncuda = "cpu"\n'
 
 
@@ -248,16 +251,27 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
     uv = str(uv_binary)
     # no Python is fetched; the index is reached with the system's certificates, as mlsetup's
     # own uv is (steps/stack/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
-    no_download = {"UV_SYSTEM_CERTS": "true", **os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    # mlsetup's dependencies come from the index (the suite's UV_OFFLINE=1 would make them
+    # come from whatever uv's cache happens to hold: a fresh machine's holds nothing)
+    no_download = {
+        "UV_SYSTEM_CERTS": "true",
+        **os.environ,
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_OFFLINE": "0",
+    }
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True, env=no_download)
-    subprocess.run(
+    install = subprocess.run(
         [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), "-r", "pyproject.toml"],
-        check=True,
+        capture_output=True,
+        text=True,
         cwd=REPO,
         env=no_download,
         timeout=300,
     )
+    if install.returncode != 0 and UNREACHABLE.search(install.stderr):
+        pytest.skip(f"the package index is unreachable: {install.stderr.strip()[-300:]}")
+    assert install.returncode == 0, install.stderr
     for argv in (["--help"], ["plan", "--facts", H200]):
         closed_stdout_run(str(venv / "bin/python"), argv, tmp_path)
 
@@ -275,3 +289,15 @@ def test_the_exit_codes_are_defined_in_one_module():
                     if isinstance(name, ast.Name) and name.id.startswith("EXIT_"):
                         defined.setdefault(name.id, []).append(path.relative_to(REPO).as_posix())
     assert defined and all(where == ["steps/exitcodes.py"] for where in defined.values()), defined
+
+
+def test_the_readmes_unattended_quick_start_plans(tmp_path: Path):
+    """The answers file the README gives a newcomer is valid and plans the stack it promises."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("# server.toml\n", 1)[1].split("```", 1)[0]
+    answers = tmp_path / "server.toml"
+    answers.write_text(block)
+    fresh = str(MACHINES / "fresh-h100x8-ubuntu2204.json")
+    done = run_cli("plan", "--facts", fresh, "--answers", str(answers))
+    assert done.returncode == 0, done.stderr
+    assert "flash-attn" in done.stdout and "reboot" in done.stdout.lower()

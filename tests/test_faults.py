@@ -28,7 +28,7 @@ from steps.answers import answers_from_toml
 from steps.errors import InputError
 from steps.events import ActionFinished, BuildProgress, Notice, Output, RunStarted
 from steps.state import load_state
-from tests.common import FIXTURES, REPO
+from tests.common import FIXTURES, REPO, copy_fixture
 from tests.harness import USER_UID, FakeServer, install_extension, wait_for
 
 STATE = "var/lib/mlsetup/state.json"
@@ -49,9 +49,7 @@ def _install_manyext(server: FakeServer) -> Path:
     """tests/fixtures/manyext (ten C++ sources, one ninja job each), owned by the venv's
     account, under a memory limit where the governor lets one job run and parks the next."""
     src = server.base / "src" / "manyext"
-    shutil.copytree(FIXTURES / "manyext", src)
-    for path in [src, *src.rglob("*")]:
-        os.chown(path, USER_UID, USER_UID)
+    copy_fixture("manyext", src, USER_UID)
     recipe = (FIXTURES / "manyext.toml").read_text().replace("@SOURCE@", str(src))
     (server.recipes / "manyext.toml").write_text(recipe)
     server.write_answers(extension="manyext", extra='[build]\nmemory_limit = "1GiB"\n')

@@ -361,9 +361,8 @@ def test_watchdog_ends_the_parked_jobs_of_an_engine_that_takes_a_moment_to_die(
         cwd=Path(__file__).resolve().parents[1],
     )
     job_pid, watchdog_pid = (int(x) for x in engine.stdout.split())
-    watchdog = psutil.Process(watchdog_pid)
-    with contextlib.suppress(psutil.NoSuchProcess):
-        watchdog.wait(timeout=30)
+    with contextlib.suppress(psutil.NoSuchProcess):  # it may be gone already
+        psutil.Process(watchdog_pid).wait(timeout=30)
     with contextlib.suppress(psutil.NoSuchProcess):
         assert psutil.Process(job_pid).status() == psutil.STATUS_ZOMBIE, "the parked job ended"
     assert not record.exists(), "the watchdog removes the record of the build it ended"

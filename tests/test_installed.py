@@ -233,6 +233,26 @@ def test_plan_and_a_dry_apply_on_every_recorded_machine(installed: Installed, ma
     assert "dry run" in dry.stdout
 
 
+def test_plan_names_an_installation_other_accounts_could_change(installed: Installed):
+    """Root runs the installation's code and build tools: `plan` checks it by the trust rules
+    it applies to everything else (a tarball extracted as root keeps group write)."""
+    if os.geteuid() != 0:
+        pytest.skip("the installation's trust is root's question")
+    [facts] = installed.venv.glob("lib/python*/site-packages/assets/machines/h200-ubuntu2404.json")
+    clean = installed.run(installed.mlsetup, "plan", "--facts", str(facts))
+    assert clean.returncode == 0 and "installation can be changed" not in clean.stderr
+    [nvcc] = installed.venv.glob("lib/python*/site-packages/assets/buildtools/nvcc")
+    mode = nvcc.stat().st_mode
+    nvcc.chmod(mode | 0o020)
+    try:
+        warned = installed.run(installed.mlsetup, "plan", "--facts", str(facts))
+    finally:
+        nvcc.chmod(mode)
+    assert warned.returncode == 0
+    assert "installation can be changed by accounts other than root" in warned.stderr
+    assert f"{nvcc} (mode {(mode | 0o020) & 0o777:o})" in warned.stderr
+
+
 def test_the_schema_into_head_ends_quietly(installed: Installed):
     piped = installed.run(
         "/bin/sh",

@@ -417,3 +417,14 @@ def test_a_venv_kept_unlocked_gets_its_check_after_the_extensions(server: FakeSe
     assert "kept as it is, unlocked" in run.stdout
     ran = server.report()["ran"]
     assert ran[-1] == "extensions.stack-check" and "extensions.offext.install-wheel" in ran, ran
+
+
+def test_an_unreachable_index_is_quoted_from_a_word_boundary():
+    """uv's long connection error is cut to its end for the warning, never mid-word (the
+    warning read 'failed (t failed after 3 retries')."""
+    from steps.stack.refusal import _tail
+
+    detail = "error sending request for url " * 20 + "request failed after 3 retries"
+    quoted = _tail(detail)
+    assert quoted.startswith("…") and quoted.endswith("after 3 retries")
+    assert quoted[1:].split(" ", 1)[0] in detail.split(" ") and len(quoted) <= 301

@@ -27,6 +27,14 @@ from steps.stack.uvfailure import (
 )
 
 
+def _tail(detail: str, limit: int = 300) -> str:
+    """The end of uv's words, cut at a word boundary (a cut mid-word read 't failed after')."""
+    if len(detail) <= limit:
+        return detail
+    cut = detail[-limit:]
+    return "…" + cut[cut.find(" ") + 1 :] if " " in cut else "…" + cut
+
+
 class StackUnavailable(MlsetupError):
     """uv could not resolve for a reason other than the requirements (no index, no network).
     `action`: the id of the resolution that failed, when one ran."""
@@ -65,7 +73,7 @@ class Refusals:
         if isinstance(failure, Unreachable):
             return StackUnavailable(
                 f"the package index cannot be reached: {failure.url or label} failed "
-                f"({failure.detail[-300:]}); check torch.index_url, UV_DEFAULT_INDEX or pip's "
+                f"({_tail(failure.detail)}); check torch.index_url, UV_DEFAULT_INDEX or pip's "
                 "index-url, the network and the proxy",
                 action=action,
             )

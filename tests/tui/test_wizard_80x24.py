@@ -334,7 +334,8 @@ async def test_extensions_say_what_was_left_out_and_a_slow_build(tmp_path):
     small.write_text(json.dumps(data))
     app = WizardApp(Session.load(facts=small, answers=flash, dry_run=True))
     async with app.run_test(size=(80, 24)) as pilot:
-        assert "flash-attn 2.8.3 compiles here with at most 1 job at once" in shown(app)
+        slow = "flash-attn 2.8.3 compiles here with at most 1 job at once"
+        await wait_until(pilot, lambda: slow in shown(app), what="the first screen's warning")
         await goto(pilot, "extensions")
         # the recipe's measured build, 15.9 min for one arch with 16 jobs, with 1 job here
         assert "about 4 h 14 min" in shown(app) and "up to 1 jobs" not in shown(app)
