@@ -132,8 +132,11 @@ def _parser() -> argparse.ArgumentParser:
         "answers",
         parents=options("answers"),
         help="the answers file format",
-        description="An answers file is TOML (version = 1); unknown keys are errors. An example "
-        f"with every key: {ASSETS_DIR / 'answers.example.toml'}",
+        # the path on a line of its own, as written: argparse's wrapping broke it at the
+        # hyphen of site-packages, and a path cut in two cannot be copied
+        description="An answers file is TOML (version = 1); unknown keys are errors.\n"
+        f"An example with every key:\n  {ASSETS_DIR / 'answers.example.toml'}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     answers.add_argument(
         "--schema", action="store_true", help="print the answers file's JSON Schema"

@@ -301,3 +301,11 @@ def test_the_readmes_unattended_quick_start_plans(tmp_path: Path):
     done = run_cli("plan", "--facts", fresh, "--answers", str(answers))
     assert done.returncode == 0, done.stderr
     assert "flash-attn" in done.stdout and "reboot" in done.stdout.lower()
+
+
+def test_answers_help_keeps_the_example_path_whole(tmp_path: Path):
+    """The path is copied from the help: argparse's wrapping cut it at site-packages' hyphen."""
+    done = run_cli("answers", "--help", env={"COLUMNS": "30"})  # narrower than the path
+    example = str(REPO / "assets" / "answers.example.toml")
+    assert done.returncode == 0
+    assert any(line.strip() == example for line in done.stdout.splitlines())
