@@ -81,6 +81,7 @@ class Choices:
 def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
     """The decisions; with `lock` (the resolved stack) its torch is the one everything follows."""
     k = knowledge()
+    refuse_where_the_driver_is_not_ours(facts, answers)
     warnings: list[StepWarning] = machine_warnings(facts)
 
     torch = choose_torch(facts, answers, warnings)
@@ -402,6 +403,34 @@ def check_on_machine(choices: Choices, answers: Answers, fs: RootFS | None) -> N
         )
 
 
+# -- where the driver is not mlsetup's: a Jetson's BSP, a container's or WSL's host -------------
+
+
+def refuse_where_the_driver_is_not_ours(facts: Facts, answers: Answers) -> None:
+    """A Tegra board is refused: its driver and CUDA come with the JetPack BSP (L4T) and its
+    torch from NVIDIA's Jetson builds, none of which mlsetup's repository and PyPI builds are
+    (a PyPI torch on an Orin does not see the GPU). In a container or WSL the driver is the
+    host's: an answer that asks to install one is refused."""
+    if facts.tegra:
+        l4t = f", L4T {facts.l4t_release}" if facts.l4t_release else ""
+        raise InputError(
+            f"facts: tegra = true (a Jetson or other Tegra board{l4t}): the JetPack BSP "
+            "provides the driver and CUDA, and PyTorch for its integrated GPU comes from "
+            "NVIDIA's Jetson builds, not from the CUDA repository and the PyTorch builds mlsetup "
+            "installs; nothing was run. Allowed: a machine with a discrete NVIDIA GPU; on a "
+            "Jetson use JetPack (sudo apt-get install nvidia-jetpack)",
+            kind="facts",
+        )
+    if facts.driver_is_hosts() and answers.driver.action == "install":
+        raise InputError(
+            f'answers: driver.action = "install": the NVIDIA driver in {facts.environment_label()} '
+            "is the host's; a driver installed here would break it (NVIDIA's CUDA on WSL guide: "
+            'never a Linux driver inside WSL 2); allowed: "auto" or "skip" (update the driver on '
+            "the host)",
+            kind="answers",
+        )
+
+
 def _driver_target(
     facts: Facts, answers: Answers, cuda: str | None, warnings: list[StepWarning]
 ) -> tuple[int, Literal["open", "proprietary"]]:
@@ -494,11 +523,16 @@ def _machine_warnings(
     out = []
     drv = facts.driver
     if drv and cuda and not driver_ok and answers.driver.action != "skip":
+        then = (
+            f"the driver is the host's: update it there ({facts.environment_label()} cannot)"
+            if facts.driver_is_hosts()
+            else "a newer driver is installed, then a reboot"
+        )
         out.append(
             StepWarning(
                 "driver",
                 f"driver {drv.version} supports CUDA up to {drv.cuda_max or 'unknown'}, older "
-                f"than torch's CUDA {cuda}: a newer driver is installed, then a reboot.",
+                f"than torch's CUDA {cuda}: {then}.",
             )
         )
     missing = [t for t in toolkits if facts.toolkit(t) is None]
