@@ -185,6 +185,26 @@ def test_a_jetson_is_refused_before_anything_and_probed_as_one(machine):
     assert probed.returncode == 0 and "a Tegra board (L4T 36.4.3)" in probed.stdout
 
 
+@pytest.mark.parametrize("where", ["wsl", "docker"])
+def test_the_engine_walks_the_plan_with_no_reboot_and_no_resume_unit(machine, tmp_path, where):
+    """A dry run through the real engine: the same root a bare server would reboot in (the
+    driver install pauses there) runs straight through in WSL or a container."""
+    answers = tmp_path / "answers.toml"
+    answers.write_text("version = 1\n")
+    machine.gpu("0000:00:06.0", "0x2335")  # WSL shows no PCI GPU, but a bare box would
+    args = ("apply", "--dry-run", "--answers", str(answers), "--root", str(machine.root))
+    bare = run_cli(*args)
+    assert bare.returncode == 0 and "would reboot here" in bare.stdout, bare.stderr
+    getattr(machine, where)()
+    if where == "docker":
+        machine.driver_loaded("580.159.04")
+    out = run_cli(*args, env={NVML_SNAPSHOT: str(H200_NVML)})
+    assert out.returncode == 0, out.stderr
+    assert "the host provides driver 580.159.04" in out.stdout
+    assert "reboot" not in out.stdout.lower()
+    assert not (machine.root / "etc/systemd/system").exists()
+
+
 # -- recorded facts ------------------------------------------------------------------------------
 
 
