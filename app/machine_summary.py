@@ -34,10 +34,7 @@ def machine_rows(facts: Facts, detailed: bool = False, times: str = "\u00d7") ->
     if d:
         state = "loaded" if d.loaded else "installed, not loaded"
         modules = f"{d.modules or unknown} modules" if not f.driver_is_hosts() else "the host's"
-        driver = (
-            f"{d.version} ({modules}, {state}), "
-            f"CUDA up to {d.cuda_max or 'unknown'}"
-        )
+        driver = f"{d.version} ({modules}, {state}), CUDA up to {d.cuda_max or 'unknown'}"
         rows.append(("Driver", driver))
     else:
         rows.append(("Driver", "none loaded"))

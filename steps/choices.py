@@ -288,13 +288,24 @@ def _auto_build(
         ]
         if native or compatible:
             return (native or compatible)[0]
-        if answers.driver.action == "skip":
+        if driver_is_kept(facts, answers):
+            why = "it is the host's" if facts.driver_is_hosts() else "driver.action is skip"
+            older = _newest_build_the_driver_runs(facts, releases)
+            if older is not None:
+                warnings.append(
+                    StepWarning(
+                        "venv",
+                        f"driver {drv.version} runs none of the newest torch's CUDA builds "
+                        f"({', '.join(gpu_ok)}) and {why}: torch is the newest release with a "
+                        f"build it runs ({older}).",
+                    )
+                )
+                return older
             warnings.append(
                 StepWarning(
                     "driver",
                     f"driver {drv.version} runs none of torch's CUDA builds "
-                    f"({', '.join(gpu_ok)}) and driver.action is skip: torch will not see the "
-                    "GPUs.",
+                    f"({', '.join(gpu_ok)}) and {why}: torch will not see the GPUs.",
                 )
             )
             return gpu_ok[0]
@@ -307,6 +318,25 @@ def _auto_build(
     branch_cuda = k.cuda.newest_supported_by_branch(branch)
     fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))]
     return (fits or gpu_ok)[0]
+
+
+def _newest_build_the_driver_runs(facts: Facts, releases: list[TorchRelease]) -> str | None:
+    """For a driver that stays (the host's, or driver.action skip): the newest CUDA build, of
+    the newest release that has one, with kernels for these GPUs that the driver runs."""
+    k = knowledge()
+    drv = facts.driver
+    if drv is None:
+        return None
+    for release in releases:
+        fits = [
+            b
+            for b in sorted(release.builds, key=lambda b: Version(torch_cuda(b)), reverse=True)
+            if all(k.torch.build(b).runs_on(cc, facts.os.arch) for cc in facts.compute_capabilities)
+            and k.cuda.driver_runs(drv.version, drv.cuda_max, torch_cuda(b))
+        ]
+        if fits:
+            return fits[0]
+    return None
 
 
 def _builds_that_run(facts: Facts, releases: list[TorchRelease]) -> list[str]:
@@ -429,6 +459,12 @@ def refuse_where_the_driver_is_not_ours(facts: Facts, answers: Answers) -> None:
             "the host)",
             kind="answers",
         )
+
+
+def driver_is_kept(facts: Facts, answers: Answers) -> bool:
+    """The driver stays as it is, so torch's build must be one it runs: driver.action is skip,
+    or the driver is the host's."""
+    return answers.driver.action == "skip" or facts.driver_is_hosts()
 
 
 def _driver_target(

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from steps.answers import answers_from_toml
 from steps.facts import Facts, facts_from_json, load_facts
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.settings import NVML_SNAPSHOT
+from steps.stack.inputs import builds_to_try
 from tests.common import FIXTURES, MACHINES, run_cli
 from tests.fakemachine import FakeMachine
 
@@ -135,8 +137,9 @@ def test_docker_with_the_hosts_driver_plans_no_driver(machine):
     machine.load_module("nouveau")  # the host's modules: not the container's to blacklist
     plan = plan_json(machine)
     assert plan["steps"][0]["status"] == "satisfied"
-    assert "the host provides driver 580.159.04 (this docker container)" in (
-        plan["steps"][0]["reason"]
+    assert (
+        "the host provides driver 580.159.04 (this docker container)"
+        in (plan["steps"][0]["reason"])
     )
     assert_no_driver_work(plan)
     assert not [w for w in plan["warnings"] if "nouveau" in w or "headers" in w]
@@ -157,10 +160,30 @@ def test_an_old_hosts_driver_is_updated_on_the_host_not_here(machine, tmp_path):
     machine.docker()
     gpu = {"index": 0, "name": "NVIDIA H200", "cc": [9, 0], "mem_total": 1, "pci": "0:0:6.0"}
     old = machine.nvml_snapshot(tmp_path / "old.json", [gpu], "535.216.01", 12020)
-    plan = plan_json(machine, "--answers", str(_answers(tmp_path, 'torch.cuda = "cu130"')), nvml=old)
+    plan = plan_json(
+        machine, "--answers", str(_answers(tmp_path, 'torch.cuda = "cu130"')), nvml=old
+    )
     driver = plan["steps"][0]
     assert driver["status"] == "pending" and "update the driver on the host" in driver["reason"]
     assert_no_driver_work(plan)
+
+
+def test_an_old_hosts_driver_gets_the_newest_torch_it_runs(machine, tmp_path):
+    """A rented container whose host runs driver 535 (CUDA 12.2): torch 2.15 has no build it
+    runs, so the torch is the newest release that has one, and the driver step is satisfied."""
+    machine.docker()
+    gpu = {"index": 0, "name": "NVIDIA H200", "cc": [9, 0], "mem_total": 1, "pci": "0:0:6.0"}
+    old = machine.nvml_snapshot(tmp_path / "old.json", [gpu], "535.216.01", 12020)
+    plan = plan_json(machine, nvml=old)
+    assert plan["steps"][0]["reason"] == (
+        "the host provides driver 535.216.01 (this docker container): it runs CUDA 12.6"
+    )
+    assert "torch==2.14.*" in plan["steps"][2]["reason"]
+    sync = next(a for a in plan["steps"][2]["actions"] if a["id"] == "venv.sync")
+    assert sync["argv"][sync["argv"].index("--torch-backend") + 1] == "cu126"
+    facts = probe_facts(machine, **{NVML_SNAPSHOT: str(old)})
+    tried = builds_to_try(facts, answers_from_toml("version = 1\n", "answers"))
+    assert tried[0] == "cu126" and not {"cu130", "cu132"} & set(tried)  # none the host runs
 
 
 def test_installing_a_driver_in_wsl_is_refused(machine, tmp_path):
