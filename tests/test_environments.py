@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.tui.controllers.driver import DriverController
+from app.tui.session import Session
 from steps.answers import answers_from_toml
 from steps.facts import Facts, facts_from_json, load_facts
 from steps.probe import probe
@@ -226,6 +228,19 @@ def test_the_engine_walks_the_plan_with_no_reboot_and_no_resume_unit(machine, tm
     assert "the host provides driver 580.159.04" in out.stdout
     assert "reboot" not in out.stdout.lower()
     assert not (machine.root / "etc/systemd/system").exists()
+
+
+def test_the_wizards_driver_screen_says_the_driver_is_the_hosts(machine, tmp_path):
+    machine.wsl()
+    facts = tmp_path / "wsl.json"
+    facts.write_text(probe_facts(machine, **{NVML_SNAPSHOT: str(H200_NVML)}).to_json())
+    session = Session.load(facts=facts)
+    said = DriverController(session, "driver").existing()
+    assert said[-1] == (
+        "The driver is the host's (WSL): mlsetup never installs one here, nor touches kernel "
+        "modules or reboots."
+    )
+    assert not [line for line in said if line.startswith("Wanted: branch")]
 
 
 # -- recorded facts ------------------------------------------------------------------------------
