@@ -357,7 +357,7 @@ def _user(fs: RootFS, env: Mapping[str, str]) -> UserInfo | None:
 # systemd-nspawn); /run/.containerenv (podman) and /.dockerenv (docker). WSL also mounts the
 # Windows driver's libraries at /usr/lib/wsl/lib (NVIDIA's CUDA on WSL User Guide,
 # https://docs.nvidia.com/cuda/wsl-user-guide/, "CUDA Support for WSL 2").
-_WSL_KERNEL = re.compile(r"microsoft|wsl", re.IGNORECASE)
+_WSL_KERNEL = re.compile(r"[Mm]icrosoft|WSL")
 _CONTAINER_FILES = (("/run/.containerenv", "podman"), ("/.dockerenv", "docker"))
 _HYPERVISOR_FLAG = re.compile(r"^flags\s*:.*\bhypervisor\b", re.MULTILINE)
 _VIRT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -416,7 +416,7 @@ def _detect_vm() -> Environment | None:
 # Jetson Linux Developer Guide, "Quick Start": `cat /etc/nv_tegra_release`), else the device
 # tree's "nvidia,tegra234"-style compatible string, else the integrated GPU's name as NVML gives
 # it ("Orin (nvgpu)" on JetPack 6, "NVIDIA Thor" on JetPack 7).
-_L4T = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*(\d+(?:\.\d+)?)")
+_L4T = re.compile(r"#\s*R(\d{1,3})\s*\(release\),\s*REVISION:\s*(\d{1,3}(?:\.\d{1,3})?)\b")
 _TEGRA_GPU = re.compile(r"\(nvgpu\)|\bTegra\b|\bThor\b")
 
 
