@@ -447,8 +447,8 @@ def refuse_where_the_driver_is_not_ours(facts: Facts, answers: Answers) -> None:
             f"facts: tegra = true (a Jetson or other Tegra board{l4t}): the JetPack BSP "
             "provides the driver and CUDA, and PyTorch for its integrated GPU comes from "
             "NVIDIA's Jetson builds, not from the CUDA repository and the PyTorch builds mlsetup "
-            "installs; nothing was run. Allowed: a machine with a discrete NVIDIA GPU; on a "
-            "Jetson use JetPack (sudo apt-get install nvidia-jetpack)",
+            "installs; allowed: a machine with a discrete NVIDIA GPU (on a Jetson, JetPack: "
+            "sudo apt-get install nvidia-jetpack)",
             kind="facts",
         )
     if facts.driver_is_hosts() and answers.driver.action == "install":
