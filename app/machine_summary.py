@@ -27,14 +27,14 @@ def machine_rows(facts: Facts, detailed: bool = False, times: str = "\u00d7") ->
         if detailed
         else [("System", system), ("Kernel", kernel)]
     )
+    if (where := _where(f)) is not None:
+        rows.append(("Runs on", where))
     rows += _gpu_rows(f, detailed, times)
     d = f.driver
     if d:
         state = "loaded" if d.loaded else "installed, not loaded"
-        driver = (
-            f"{d.version} ({d.modules or unknown} modules, {state}), "
-            f"CUDA up to {d.cuda_max or 'unknown'}"
-        )
+        modules = f"{d.modules or unknown} modules" if not f.driver_is_hosts() else "the host's"
+        driver = f"{d.version} ({modules}, {state}), CUDA up to {d.cuda_max or 'unknown'}"
         rows.append(("Driver", driver))
     else:
         rows.append(("Driver", "none loaded"))
@@ -60,6 +60,25 @@ def machine_rows(facts: Facts, detailed: bool = False, times: str = "\u00d7") ->
     if f.user:
         rows.append(("User", f"{f.user.name} ({f.user.home})"))
     return rows
+
+
+def _where(f: Facts) -> str | None:
+    """Bare metal, a VM, a container or WSL, and a Tegra board; None when the facts do not say
+    (a recording older than these facts)."""
+    env = f.environment
+    parts = []
+    if env is not None:
+        if env.kind == "wsl":
+            parts.append("WSL 2 (the driver is the Windows host's)")
+        elif env.kind == "container":
+            parts.append(f"a {env.name or 'Linux'} container (the driver is the host's)")
+        elif env.kind == "vm":
+            parts.append(f"a virtual machine{f' ({env.name})' if env.name else ''}")
+        else:
+            parts.append("bare metal")
+    if f.tegra:
+        parts.append(f"a Tegra board{f' (L4T {f.l4t_release})' if f.l4t_release else ''}")
+    return ", ".join(parts) or None
 
 
 def _gpu_rows(f: Facts, detailed: bool, times: str) -> Rows:

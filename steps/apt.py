@@ -70,7 +70,11 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     refreshed. Whichever step sets the repo up first (the driver's, else the toolkit's) runs
     these; the same ids in a later plan are done already (steps.planner)."""
     repo = knowledge().repo
-    base = repo.url_for(facts.os.id, facts.os.version_id, facts.os.arch)
+    base = (
+        repo.wsl_url_for(facts.os.id, facts.os.arch)
+        if in_wsl(facts)
+        else repo.url_for(facts.os.id, facts.os.version_id, facts.os.arch)
+    )
     if base is None:
         return None
     keyring = f"{CACHE_DIR}/{repo.keyring_package}"
@@ -100,8 +104,19 @@ def nvidia_repo_actions(facts: Facts) -> list[Action] | None:
     return [a.model_copy(update={"target": NVIDIA_REPO}) for a in actions]
 
 
+def in_wsl(facts: Facts) -> bool:
+    """WSL 2: NVIDIA's repository there is wsl-ubuntu, toolkits without a driver."""
+    return facts.environment is not None and facts.environment.kind == "wsl"
+
+
 def no_repo_reason(facts: Facts) -> str:
     repo = knowledge().repo
+    if in_wsl(facts):
+        return (
+            f"NVIDIA publishes no CUDA apt repository for {facts.os.id} ({facts.os.arch}) in "
+            f"WSL; its {repo.wsl.repo} repository serves {', '.join(repo.wsl.distros)} on "
+            f"{', '.join(repo.wsl.arch)}."
+        )
     return (
         f"NVIDIA publishes no CUDA apt repository for {facts.os.id} {facts.os.version_id} "
         f"({facts.os.arch}); supported: {', '.join(repo.repo)} on {', '.join(repo.arch)}."

@@ -81,6 +81,7 @@ class Choices:
 def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
     """The decisions; with `lock` (the resolved stack) its torch is the one everything follows."""
     k = knowledge()
+    refuse_where_the_driver_is_not_ours(facts, answers)
     warnings: list[StepWarning] = machine_warnings(facts)
 
     torch = choose_torch(facts, answers, warnings)
@@ -287,13 +288,24 @@ def _auto_build(
         ]
         if native or compatible:
             return (native or compatible)[0]
-        if answers.driver.action == "skip":
+        if driver_is_kept(facts, answers):
+            why = "it is the host's" if facts.driver_is_hosts() else "driver.action is skip"
+            older = _newest_build_the_driver_runs(facts, releases)
+            if older is not None:
+                warnings.append(
+                    StepWarning(
+                        "venv",
+                        f"driver {drv.version} runs none of the newest torch's CUDA builds "
+                        f"({', '.join(gpu_ok)}) and {why}: torch is the newest release with a "
+                        f"build it runs ({older}).",
+                    )
+                )
+                return older
             warnings.append(
                 StepWarning(
                     "driver",
                     f"driver {drv.version} runs none of torch's CUDA builds "
-                    f"({', '.join(gpu_ok)}) and driver.action is skip: torch will not see the "
-                    "GPUs.",
+                    f"({', '.join(gpu_ok)}) and {why}: torch will not see the GPUs.",
                 )
             )
             return gpu_ok[0]
@@ -306,6 +318,25 @@ def _auto_build(
     branch_cuda = k.cuda.newest_supported_by_branch(branch)
     fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))]
     return (fits or gpu_ok)[0]
+
+
+def _newest_build_the_driver_runs(facts: Facts, releases: list[TorchRelease]) -> str | None:
+    """For a driver that stays (the host's, or driver.action skip): the newest CUDA build, of
+    the newest release that has one, with kernels for these GPUs that the driver runs."""
+    k = knowledge()
+    drv = facts.driver
+    if drv is None:
+        return None
+    for release in releases:
+        fits = [
+            b
+            for b in sorted(release.builds, key=lambda b: Version(torch_cuda(b)), reverse=True)
+            if all(k.torch.build(b).runs_on(cc, facts.os.arch) for cc in facts.compute_capabilities)
+            and k.cuda.driver_runs(drv.version, drv.cuda_max, torch_cuda(b))
+        ]
+        if fits:
+            return fits[0]
+    return None
 
 
 def _builds_that_run(facts: Facts, releases: list[TorchRelease]) -> list[str]:
@@ -402,6 +433,40 @@ def check_on_machine(choices: Choices, answers: Answers, fs: RootFS | None) -> N
         )
 
 
+# -- where the driver is not mlsetup's: a Jetson's BSP, a container's or WSL's host -------------
+
+
+def refuse_where_the_driver_is_not_ours(facts: Facts, answers: Answers) -> None:
+    """A Tegra board is refused: its driver and CUDA come with the JetPack BSP (L4T) and its
+    torch from NVIDIA's Jetson builds, none of which mlsetup's repository and PyPI builds are
+    (a PyPI torch on an Orin does not see the GPU). In a container or WSL the driver is the
+    host's: an answer that asks to install one is refused."""
+    if facts.tegra:
+        l4t = f", L4T {facts.l4t_release}" if facts.l4t_release else ""
+        raise InputError(
+            f"facts: tegra = true (a Jetson or other Tegra board{l4t}): the JetPack BSP "
+            "provides the driver and CUDA, and PyTorch for its integrated GPU comes from "
+            "NVIDIA's Jetson builds, not from the CUDA repository and the PyTorch builds mlsetup "
+            "installs; allowed: a machine with a discrete NVIDIA GPU (on a Jetson, JetPack: "
+            "sudo apt-get install nvidia-jetpack)",
+            kind="facts",
+        )
+    if facts.driver_is_hosts() and answers.driver.action == "install":
+        raise InputError(
+            f'answers: driver.action = "install": the NVIDIA driver in {facts.environment_label()} '
+            "is the host's; a driver installed here would break it (NVIDIA's CUDA on WSL guide: "
+            'never a Linux driver inside WSL 2); allowed: "auto" or "skip" (update the driver on '
+            "the host)",
+            kind="answers",
+        )
+
+
+def driver_is_kept(facts: Facts, answers: Answers) -> bool:
+    """The driver stays as it is, so torch's build must be one it runs: driver.action is skip,
+    or the driver is the host's."""
+    return answers.driver.action == "skip" or facts.driver_is_hosts()
+
+
 def _driver_target(
     facts: Facts, answers: Answers, cuda: str | None, warnings: list[StepWarning]
 ) -> tuple[int, Literal["open", "proprietary"]]:
@@ -494,11 +559,16 @@ def _machine_warnings(
     out = []
     drv = facts.driver
     if drv and cuda and not driver_ok and answers.driver.action != "skip":
+        then = (
+            f"the driver is the host's: update it there ({facts.environment_label()} cannot)"
+            if facts.driver_is_hosts()
+            else "a newer driver is installed, then a reboot"
+        )
         out.append(
             StepWarning(
                 "driver",
                 f"driver {drv.version} supports CUDA up to {drv.cuda_max or 'unknown'}, older "
-                f"than torch's CUDA {cuda}: a newer driver is installed, then a reboot.",
+                f"than torch's CUDA {cuda}: {then}.",
             )
         )
     missing = [t for t in toolkits if facts.toolkit(t) is None]

@@ -28,6 +28,8 @@ def satisfied_reason(facts: Facts, answers: Answers, choices: Choices) -> str | 
 
 
 def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
+    if facts.driver_is_hosts() and facts.gpus and answers.driver.action != "skip":
+        return hosts_driver(facts, choices)
     reason = satisfied_reason(facts, answers, choices)
     if reason:
         return satisfied("driver", reason)
@@ -100,3 +102,44 @@ def _why_install(facts: Facts, answers: Answers, choices: Choices) -> str:
             "password, then on the console at boot pick 'Enroll MOK' and type it"
         )
     return text
+
+
+# -- where the driver is the host's (a container, WSL) --------------------------------------------
+
+
+def hosts_driver(facts: Facts, choices: Choices) -> Step:
+    """In a container or WSL the driver is the host's: satisfied when it runs the chosen CUDA,
+    else pending with no action (the run stops there and says what to do on the host). Nothing
+    here touches kernel modules, the initramfs, Secure Boot or a reboot."""
+    where = facts.environment_label()
+    drv = facts.driver
+    if drv is not None and drv.loaded and choices.driver_ok:
+        what = f"CUDA {choices.cuda}" if choices.cuda else "the CPU build of torch"
+        return satisfied(
+            "driver", f"the host provides driver {drv.version} ({where}): it runs {what}"
+        )
+    if drv is not None and drv.loaded:
+        return pending(
+            "driver",
+            f"the host's driver {drv.version} ({where}) runs CUDA up to "
+            f"{drv.cuda_max or 'unknown'}, older than torch's CUDA {choices.cuda}; mlsetup never "
+            "installs a driver here: update the driver on the host, or set torch.cuda to a "
+            "build it runs",
+            [],
+        )
+    if facts.environment is not None and facts.environment.kind == "wsl":
+        fix = (
+            "install NVIDIA's Windows driver on the host (it brings CUDA into WSL through "
+            "/usr/lib/wsl/lib), then run `wsl --shutdown` in Windows and open WSL again"
+        )
+    else:
+        fix = (
+            "start the container with the GPUs (the NVIDIA Container Toolkit: "
+            "docker run --gpus all, podman run --device nvidia.com/gpu=all)"
+        )
+    return pending(
+        "driver",
+        f"no NVIDIA driver answers in {where}, where the driver is the host's and mlsetup "
+        f"never installs one: {fix}",
+        [],
+    )

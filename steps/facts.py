@@ -1,8 +1,9 @@
 """Facts: what the probe found on a machine (`mlsetup.facts/1`).
 
-Every key is always present; `None` means the probe could not tell. Facts are
-read from a live machine by `steps.probe` or loaded from a recorded JSON file,
-so a plan can be made for a machine that is not this one.
+`None` means the probe could not tell. The keys of the first release are always present; a key
+added since is optional (absent in a file recorded before it, read as `None`: unknown), so every
+recorded machine still loads. Facts are read from a live machine by `steps.probe` or loaded from
+a recorded JSON file, so a plan can be made for a machine that is not this one.
 """
 
 from __future__ import annotations
@@ -126,6 +127,25 @@ class UserInfo(_Strict):
     uid: int = Field(ge=0, le=2**32 - 2)
 
 
+# -- where the machine runs: the environment, and whether the driver is someone else's --------
+
+# Containers and WSL share a kernel they do not own: its NVIDIA driver is the host's.
+DRIVER_IS_HOSTS = ("container", "wsl")
+
+
+class Environment(_Strict):
+    """Where this system runs (systemd-detect-virt's classes): on the hardware, in a virtual
+    machine, in a container (Docker, Podman, LXC, nspawn) or in WSL (Windows' kernel side)."""
+
+    kind: Literal["bare-metal", "vm", "container", "wsl"]
+    # systemd-detect-virt's identifier (docker, podman, lxc, systemd-nspawn, wsl, kvm, ...);
+    # None when the files it reads said only the kind
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")] | None = None
+
+
+L4tRelease = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){1,2}$")]
+
+
 class Facts(_Strict):
     schema_: Literal["mlsetup.facts/1"] = Field(alias="schema", default=FACTS_SCHEMA)
     os: OsInfo
@@ -141,6 +161,12 @@ class Facts(_Strict):
     pythons: Annotated[list[PythonInfo], Field(max_length=64)]
     user: UserInfo | None
     boot_id: Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z-]{1,64}$")] | None
+    # Added after the first release: optional, None (or absent) = unknown (docs/formats.md)
+    environment: Environment | None = None
+    # an NVIDIA Tegra system on a chip (Jetson): the board's BSP (L4T) brings the driver and CUDA
+    tegra: bool | None = None
+    # its L4T release from /etc/nv_tegra_release, e.g. 36.4.3; None: no Tegra, or not said
+    l4t_release: L4tRelease | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -155,6 +181,21 @@ class Facts(_Strict):
 
     def toolkit(self, version: str) -> Toolkit | None:
         return next((t for t in self.toolkits if t.version == version), None)
+
+    def driver_is_hosts(self) -> bool:
+        """The NVIDIA driver belongs to the host (a container, WSL): mlsetup never installs one,
+        loads a module, enables a driver service or reboots. False when unknown (an older
+        recording): the plan is the server's."""
+        return self.environment is not None and self.environment.kind in DRIVER_IS_HOSTS
+
+    def environment_label(self) -> str:
+        """Where the driver is the host's, for people: "WSL", "this docker container"."""
+        env = self.environment
+        if env is None or env.kind not in DRIVER_IS_HOSTS:
+            return "this machine"
+        if env.kind == "wsl":
+            return "WSL"
+        return f"this {env.name} container" if env.name else "this container"
 
 
 @input_kind("facts")

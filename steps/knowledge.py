@@ -125,6 +125,16 @@ class DriverKnowledge:
 
 
 @dataclass(frozen=True)
+class WslRepository:
+    """NVIDIA's repository for WSL 2 (toolkits, never a driver): its directory, the distros
+    (os-release ID) and machines (uname -m) it serves."""
+
+    repo: str
+    distros: tuple[str, ...]
+    arch: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class NvidiaRepo:
     base_url: str
     keyring_package: str
@@ -133,6 +143,7 @@ class NvidiaRepo:
     repo: dict[str, str]
     arch: dict[str, str]
     repo_arches: dict[str, list[str]]  # repositories published for only some architectures
+    wsl: WslRepository
     driver_package: dict[str, str | int]
 
     def driver_packages(self, branch: int, modules: str) -> tuple[str, str]:
@@ -152,6 +163,12 @@ class NvidiaRepo:
         if repo is None or arch is None or arch not in self.repo_arches.get(repo, [arch]):
             return None
         return self.base_url.format(repo=repo, arch=arch)
+
+    def wsl_url_for(self, os_id: str | None, machine: str | None) -> str | None:
+        """NVIDIA's repository inside WSL 2 (no driver in it); None where it has none."""
+        if os_id not in self.wsl.distros or machine not in self.wsl.arch:
+            return None
+        return self.base_url.format(repo=self.wsl.repo, arch=self.arch[machine])
 
     def toolkit_package_for(self, version: str) -> str:
         major, minor = version.split(".")
@@ -281,7 +298,11 @@ def knowledge() -> Knowledge:
             }
         ),
         repo=NvidiaRepo(
-            **{**repo.model_dump(), "driver_package": repo.driver_package.model_dump()}
+            **{
+                **repo.model_dump(),
+                "wsl": WslRepository(repo.wsl.repo, tuple(repo.wsl.distros), tuple(repo.wsl.arch)),
+                "driver_package": repo.driver_package.model_dump(),
+            }
         ),
         torch=TorchKnowledge(
             index_url=torch.index_url,

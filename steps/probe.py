@@ -21,8 +21,10 @@ import psutil
 from steps.accounts import account_by_uid, lookup_account
 from steps.errors import InputError, input_kind
 from steps.facts import (
+    DRIVER_IS_HOSTS,
     CpuInfo,
     DriverInfo,
+    Environment,
     Facts,
     Gpu,
     KernelInfo,
@@ -59,7 +61,10 @@ def probe(fs: RootFS | None = None, env: Mapping[str, str] | None = None) -> Pro
     env = os.environ if env is None else env
     nvml_notes: list[str] = []
     nvml = _nvml(fs, env, nvml_notes)
-    driver = _driver(fs, nvml)
+    environment = _environment(fs)
+    driver = _driver(fs, nvml, environment)
+    gpus = _gpus(fs, nvml)
+    tegra, l4t_release = _tegra(fs, gpus)
     facts = Facts(
         os=_os(fs),
         kernel=_kernel(fs),
@@ -67,13 +72,16 @@ def probe(fs: RootFS | None = None, env: Mapping[str, str] | None = None) -> Pro
         cpu=CpuInfo(logical=_cpu_count(fs)),
         memory=_memory(fs),
         disk_free_bytes={p: _disk_free(fs, p) for p in DISK_PATHS},
-        gpus=_gpus(fs, nvml),
+        gpus=gpus,
         driver=driver,
         nouveau_loaded=_module_loaded(fs, "nouveau"),
         toolkits=_toolkits(fs),
         pythons=_pythons(fs),
         user=_user(fs, env),
         boot_id=(fs.read_text("/proc/sys/kernel/random/boot_id") or "").strip() or None,
+        environment=environment,
+        tegra=tegra,
+        l4t_release=l4t_release,
     )
     notes = []
     if nvml is None and (driver or facts.gpus):  # on a box with no NVIDIA GPU, NVML is moot
@@ -249,7 +257,9 @@ def _sysfs(fs: RootFS, target: str) -> str | None:
     return text.strip().lower() if text else None
 
 
-def _driver(fs: RootFS, nvml: NvmlReading | None) -> DriverInfo | None:
+def _driver(
+    fs: RootFS, nvml: NvmlReading | None, environment: Environment | None
+) -> DriverInfo | None:
     text = fs.read_text("/proc/driver/nvidia/version")
     if text is None and nvml is None:
         return None
@@ -261,7 +271,12 @@ def _driver(fs: RootFS, nvml: NvmlReading | None) -> DriverInfo | None:
     if text is not None:
         modules = "open" if "Open Kernel Module" in text else "proprietary"
     cuda_max = nvml.cuda_max if nvml else knowledge().cuda.newest_supported_by_driver(version)
-    return DriverInfo(version=version, cuda_max=cuda_max, modules=modules, loaded=text is not None)
+    # WSL has no /proc/driver/nvidia (its kernel is Microsoft's, the driver Windows'), and a
+    # container may hide it: where the driver is the host's, its answering NVML is "loaded"
+    hosts = environment is not None and environment.kind in DRIVER_IS_HOSTS and nvml is not None
+    return DriverInfo(
+        version=version, cuda_max=cuda_max, modules=modules, loaded=text is not None or hosts
+    )
 
 
 def _module_loaded(fs: RootFS, name: str) -> bool | None:
@@ -334,3 +349,83 @@ def _user(fs: RootFS, env: Mapping[str, str]) -> UserInfo | None:
         return UserInfo(name=account.name, home=home, uid=account.uid)
     except ValueError:  # an account name or home no answers file could name: no user
         return None
+
+
+# -- the environment: bare metal, a VM, a container, WSL; a Tegra board -------------------------
+# What systemd-detect-virt(1) reads (src/basic/virt.c): the kernel's release naming Microsoft or
+# WSL; /run/systemd/container and PID 1's container= variable (set by docker, podman, LXC,
+# systemd-nspawn); /run/.containerenv (podman) and /.dockerenv (docker). WSL also mounts the
+# Windows driver's libraries at /usr/lib/wsl/lib (NVIDIA's CUDA on WSL User Guide,
+# https://docs.nvidia.com/cuda/wsl-user-guide/, "CUDA Support for WSL 2").
+_WSL_KERNEL = re.compile(r"[Mm]icrosoft|WSL")
+_CONTAINER_FILES = (("/run/.containerenv", "podman"), ("/.dockerenv", "docker"))
+_HYPERVISOR_FLAG = re.compile(r"^flags\s*:.*\bhypervisor\b", re.MULTILINE)
+_VIRT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+def _environment(fs: RootFS) -> Environment | None:
+    """Where this system runs; None when nothing said (a root without /proc)."""
+    kernel = (fs.read_text("/proc/sys/kernel/osrelease") or "") + (
+        fs.read_text("/proc/version") or ""
+    )
+    if _WSL_KERNEL.search(kernel) or fs.exists("/usr/lib/wsl/lib"):
+        return Environment(kind="wsl", name="wsl")
+    container = _container(fs)
+    if container is not None:
+        return container
+    if fs.is_host and (vm := _detect_vm()) is not None:
+        return vm
+    cpuinfo = fs.read_text("/proc/cpuinfo")
+    if cpuinfo is None or "flags" not in cpuinfo:
+        return None  # an arm64 CPU has no hypervisor flag to read: only systemd can tell
+    return Environment(kind="vm" if _HYPERVISOR_FLAG.search(cpuinfo) else "bare-metal")
+
+
+def _container(fs: RootFS) -> Environment | None:
+    said = (fs.read_text("/run/systemd/container") or "").strip()
+    if not said:
+        environ = fs.read_text("/proc/1/environ") or ""  # root-only: None without root
+        said = next(
+            (v.partition("=")[2] for v in environ.split("\0") if v.startswith("container=")), ""
+        )
+    if said:
+        return Environment(kind="container", name=said if _VIRT_NAME.match(said) else None)
+    for marker, name in _CONTAINER_FILES:
+        if fs.exists(marker):
+            return Environment(kind="container", name=name)
+    return None
+
+
+def _detect_vm() -> Environment | None:
+    """systemd-detect-virt --vm on this machine (CPUID and DMI, which no file here shows)."""
+    try:
+        out = subprocess.run(
+            ["systemd-detect-virt", "--vm"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    name = out.stdout.strip()
+    if name == "none":
+        return Environment(kind="bare-metal")
+    if out.returncode == 0 and _VIRT_NAME.match(name):
+        return Environment(kind="vm", name=name)
+    return None
+
+
+# A Tegra board: /etc/nv_tegra_release, the L4T BSP's own ("# R36 (release), REVISION: 4.3, ...";
+# Jetson Linux Developer Guide, "Quick Start": `cat /etc/nv_tegra_release`), else the device
+# tree's "nvidia,tegra234"-style compatible string, else the integrated GPU's name as NVML gives
+# it ("Orin (nvgpu)" on JetPack 6, "NVIDIA Thor" on JetPack 7).
+_L4T = re.compile(r"#\s*R(\d{1,3})\s*\(release\),\s*REVISION:\s*(\d{1,3}(?:\.\d{1,3})?)\b")
+_TEGRA_GPU = re.compile(r"\(nvgpu\)|\bTegra\b|\bThor\b")
+
+
+def _tegra(fs: RootFS, gpus: list[Gpu]) -> tuple[bool, str | None]:
+    """(a Tegra board, its L4T release)."""
+    release = fs.read_text("/etc/nv_tegra_release")
+    if release is not None:
+        m = _L4T.search(release)
+        return True, f"{m.group(1)}.{m.group(2)}" if m else None
+    compatible = fs.read_text("/proc/device-tree/compatible") or ""
+    named = any(g.name and _TEGRA_GPU.search(g.name) for g in gpus)
+    return "nvidia,tegra" in compatible or named, None

@@ -88,6 +88,14 @@ class DriverPackages(Table):
     proprietary: Text
 
 
+class WslRepo(Table):
+    """NVIDIA's repository for WSL 2: its directory, and the distros and machines it serves."""
+
+    repo: Text
+    distros: list[Text] = Field(min_length=1)
+    arch: list[Text] = Field(min_length=1)
+
+
 class NvidiaRepoTable(Table):
     base_url: Annotated[str, StringConstraints(pattern=r"^https://.*\{repo\}.*\{arch\}")]
     keyring_package: Annotated[str, StringConstraints(pattern=r"\.deb$")]
@@ -96,6 +104,7 @@ class NvidiaRepoTable(Table):
     repo: dict[str, Text]
     arch: dict[str, Text]
     repo_arches: dict[str, list[Text]] = Field(default_factory=dict)
+    wsl: WslRepo
     driver_package: DriverPackages
 
 

@@ -35,6 +35,8 @@ def machine_warnings(facts: Facts) -> list[StepWarning]:
                 "their compute capability is unknown until the driver is loaded.",
             )
         )
+    if facts.driver_is_hosts():
+        return out + _hosts_driver_warnings(facts)
     if facts.gpus and facts.driver is None:
         out.append(StepWarning("driver", "no NVIDIA driver is loaded."))
     if facts.nouveau_loaded:
@@ -65,3 +67,17 @@ def machine_warnings(facts: Facts) -> list[StepWarning]:
             )
         )
     return out
+
+
+def _hosts_driver_warnings(facts: Facts) -> list[StepWarning]:
+    """In a container or WSL the driver, its modules, nouveau and Secure Boot are the host's:
+    the warnings about installing a driver here do not apply."""
+    if facts.gpus and facts.driver is None:
+        return [
+            StepWarning(
+                "driver",
+                f"no NVIDIA driver answers in {facts.environment_label()}: the driver is the "
+                "host's, and mlsetup never installs one here.",
+            )
+        ]
+    return []

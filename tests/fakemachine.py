@@ -120,3 +120,40 @@ class FakeMachine:
     ) -> Path:
         path.write_text(json.dumps({"driver": driver, "cuda_driver": cuda_driver, "gpus": gpus}))
         return path
+
+    # -- where the driver is not the machine's own: WSL, a container, a Jetson ------------------
+
+    def wsl(self) -> None:
+        """WSL 2 as it looks from inside: Microsoft's kernel, the Windows driver's libraries
+        under /usr/lib/wsl/lib, no /proc/driver/nvidia and no GPU on PCI."""
+        self.write("proc/sys/kernel/osrelease", "6.6.87.2-microsoft-standard-WSL2\n")
+        self.write(
+            "proc/version",
+            "Linux version 6.6.87.2-microsoft-standard-WSL2 (root@439a258ad544) (gcc (GCC) "
+            "11.2.0, GNU ld (GNU Binutils) 2.37) #1 SMP PREEMPT_DYNAMIC Thu Jun  5 18:30:46 UTC "
+            "2025\n",
+        )
+        for lib in ("libcuda.so.1", "libnvidia-ml.so.1", "libdxcore.so"):
+            self.write(f"usr/lib/wsl/lib/{lib}", "")
+
+    def docker(self) -> None:
+        """Inside a Docker container: /.dockerenv (the host's /proc/driver/nvidia shows through
+        when the container has the GPUs)."""
+        self.write(".dockerenv", "")
+
+    def podman(self) -> None:
+        """Inside a Podman container: /run/.containerenv, and PID 1's container=podman."""
+        self.write("run/.containerenv", 'engine="podman-4.9.3"\nname="ml"\nrootless=0\n')
+        self.write("proc/1/environ", "PATH=/usr/bin:/bin\0container=podman\0HOME=/root\0")
+
+    def jetson(self, release: str = "# R36 (release), REVISION: 4.3") -> None:
+        """A Jetson Orin: the L4T BSP's release file and the device tree's Tegra SoC."""
+        self.write(
+            "etc/nv_tegra_release",
+            f"{release}, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 "
+            "01:49:37 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\n",
+        )
+        self.write(
+            "proc/device-tree/compatible",
+            "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
+        )

@@ -9,7 +9,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 
 from steps.answers import Answers
-from steps.choices import has_python, release_of, venv_owner
+from steps.choices import driver_is_kept, has_python, release_of, venv_owner
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.stack.lock import Lock, cuda_of_pins, platform_for
@@ -84,14 +84,15 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[Problem]:
         build.cuda
         and drv
         and drv.loaded
-        and answers.driver.action == "skip"
+        and driver_is_kept(facts, answers)
         and not k.cuda.driver_runs(drv.version, drv.cuda_max, build.cuda)
     ):
+        kept = "it is the host's" if facts.driver_is_hosts() else "driver.action is skip"
         out.append(
             Problem(
                 "driver",
                 f"its torch needs CUDA {build.cuda}; driver {drv.version} runs up to "
-                f"{drv.cuda_max} and driver.action is skip",
+                f"{drv.cuda_max} and {kept}",
             )
         )
     if lock.sources and venv_owner(facts, answers).run_as is None:

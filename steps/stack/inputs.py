@@ -14,7 +14,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from steps.answers import Answers
-from steps.choices import PythonChoice, choose, choose_python, choose_torch, torch_cuda
+from steps.choices import (
+    PythonChoice,
+    choose,
+    choose_python,
+    choose_torch,
+    driver_is_kept,
+    torch_cuda,
+)
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.stack.index import configured, index_args, per_build_index
@@ -103,7 +110,7 @@ def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
     k = knowledge()
     ccs = facts.compute_capabilities
     drv = facts.driver
-    keep_driver = drv is not None and drv.loaded and answers.driver.action == "skip"
+    keep_driver = drv is not None and drv.loaded and driver_is_kept(facts, answers)
     others = []
     for name in sorted(k.torch.builds, key=lambda b: Version(torch_cuda(b)), reverse=True):
         if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):

@@ -29,7 +29,12 @@ class DriverController(StepController):
             )
         else:
             out.append("No NVIDIA driver is loaded.")
-        if f.gpus:
+        if f.gpus and f.driver_is_hosts():
+            out.append(
+                f"The driver is the host's ({f.environment_label()}): mlsetup never installs "
+                "one here, nor touches kernel modules or reboots."
+            )
+        elif f.gpus:
             runs = f"torch's CUDA {c.cuda}" if c.cuda else "torch (the CPU build)"
             out.append(
                 f"Wanted: branch {c.driver_branch} or newer, {c.driver_modules} modules, "
