@@ -28,6 +28,7 @@ from steps.stack.lock import (
     SMOKE_SCRIPT,
     STATE_LOCK,
     Lock,
+    LockRefused,
     make_shared_dir,
 )
 from steps.stack.obtain import settle_lock
@@ -54,6 +55,20 @@ class StackSettler:
         facts = self.run.facts()
         try:
             self.run.lock = self._settle_lock(facts)
+        except LockRefused as exc:
+            self.run.fail(
+                Fault(
+                    "venv",
+                    str(exc),
+                    diagnosis=Diagnosis(
+                        "lock-refused",
+                        "A lock holds only pins with their hashes: uv would follow any other "
+                        "line (an index, a file, a path) as root, so nothing was installed.",
+                        f"{exc.fix}, then: {answers_command(self.run.req.answers_path)}",
+                    ),
+                    code=EXIT_INPUT,
+                )
+            )
         except InputError as exc:
             self.run.fail(
                 Fault(
