@@ -15,7 +15,7 @@ from steps.actions import ActionRunner, Execute
 from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
 from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
-from steps.errors import InputError
+from steps.errors import InputError, Refused
 from steps.events import Notice
 from steps.exitcodes import EXIT_INPUT
 from steps.facts import Facts
@@ -55,15 +55,14 @@ class StackSettler:
         facts = self.run.facts()
         try:
             self.run.lock = self._settle_lock(facts)
-        except LockRefused as exc:
+        except Refused as exc:  # a lock or the index settings root will not use
             self.run.fail(
                 Fault(
                     "venv",
                     str(exc),
                     diagnosis=Diagnosis(
-                        "lock-refused",
-                        "A lock holds only pins with their hashes: uv would follow any other "
-                        "line (an index, a file, a path) as root, so nothing was installed.",
+                        "lock-refused" if isinstance(exc, LockRefused) else "settings-refused",
+                        exc.why,
                         f"{exc.fix}, then: {answers_command(self.run.req.answers_path)}",
                     ),
                     code=EXIT_INPUT,

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from steps.errors import InputError
+from steps.errors import InputError, Refused
 from steps.safefs import read_bounded
 from steps.units import MiB
 
@@ -125,12 +125,16 @@ class Pins:
     via: dict[str, list[str]]
 
 
-class LockRefused(InputError):
+class LockRefused(Refused):
     """A lock holding more than pins and hashes (exit 2): `fix`, the command that replaces it."""
 
     def __init__(self, message: str, fix: str) -> None:
-        super().__init__(message)
-        self.fix = fix
+        super().__init__(
+            message,
+            "A lock holds only pins with their hashes: uv would follow any other line (an "
+            "index, a file, a path) as root, so nothing was installed.",
+            fix,
+        )
 
 
 @dataclass(frozen=True)
