@@ -157,6 +157,23 @@ class StackSettler:
         tail = result.tail if result else []
         url = failed_url(tail)
         answers = self.run.req.answers_path
+        diagnosis = Diagnosis(
+            "index-unreachable",
+            f"uv could not reach the package index{f' ({url})' if url else ''} to "
+            "resolve the stack.",
+            f"Check the network and proxy, then: {RESUME_COMMAND}; or set "
+            f"torch.index_url in {answers_file(answers)} to an index this server "
+            "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
+            f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
+        )
+        if result is not None and result.ended and action is not None:
+            who = action.user or "root"
+            diagnosis = Diagnosis(
+                "held-up",
+                f"The resolution, run as {who}, {result.ended}; root does not wait without "
+                "end on a process another account controls.",
+                f"See what runs as {who}: ps -u {who} -o pid,stat,args; then: {RESUME_COMMAND}",
+            )
         self.run.fail(
             Fault(
                 "venv",
@@ -164,15 +181,7 @@ class StackSettler:
                 action=action,
                 exit_code=result.exit_code if result else None,
                 log=self.run.action_log(action.id) if action else None,
-                diagnosis=Diagnosis(
-                    "index-unreachable",
-                    f"uv could not reach the package index{f' ({url})' if url else ''} to "
-                    "resolve the stack.",
-                    f"Check the network and proxy, then: {RESUME_COMMAND}; or set "
-                    f"torch.index_url in {answers_file(answers)} to an index this server "
-                    "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
-                    f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
-                ),
+                diagnosis=diagnosis,
                 tail=tail,
                 code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
             )

@@ -223,6 +223,11 @@ class Resolution:
             result = self.run(action)
             if result is None:
                 raise StackUnavailable("uv could not be started to resolve the stack")
+            if result.ended:  # the account it ran as held it up: root does not wait
+                raise StackUnavailable(
+                    f"uv pip compile, run as {self.resolver.who}, {result.ended}: ended it",
+                    ask.action,
+                )
             if result.exit_code != 0:
                 return _Compiled(result, None)
             try:
