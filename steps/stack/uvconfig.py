@@ -93,7 +93,7 @@ def read_system_config(path: Path) -> str | None:
         finally:
             os.close(fd)
     except Untrusted as exc:
-        raise ConfigRefused(Path(exc.filename), exc.strerror, exc.fix) from None
+        raise ConfigRefused(Path(exc.filename), exc.strerror or "cannot be used", exc.fix) from None
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise ConfigRefused(path, why.removeprefix(f"{path}: "), fix) from None
