@@ -18,6 +18,7 @@ import pytest
 from tests.common import REPO
 from tests.harness import USER_UID, FakeServer
 from tests.test_stack import PYTHON, env, setup, write_answers
+from tests.test_uvconfig import UNUSABLE
 
 OTHER_UID = 1001
 HASH = "0" * 64
@@ -179,10 +180,23 @@ def test_a_pip_conf_of_an_ordinary_account_is_exit_2_before_anything_runs(server
         assert run.returncode == 2, run.stdout + run.stderr
         said = run.stdout + run.stderr
         assert f"{server.pip_conf}: belongs to uid 1000, not root" in said, said
-    assert (
-        "input error (settings)" in server.mlsetup("plan", "--answers", str(server.answers)).stderr
-    )
+    plan = server.mlsetup("plan", "--answers", str(server.answers))
+    assert "input error (settings)" in plan.stderr
     assert not server.venv.exists()
+
+
+@pytest.mark.parametrize("form", list(UNUSABLE))
+def test_a_system_uv_toml_root_cannot_use_is_exit_2_naming_it(server: FakeServer, form: str):
+    """Each form of /etc/uv/uv.toml that was dropped without a word (the lock then came from
+    PyPI): `mlsetup plan` refuses it, naming it."""
+    make, why = UNUSABLE[form]
+    path = server.root / "etc/uv/uv.toml"
+    path.parent.mkdir(parents=True)
+    make(path)
+    run = server.mlsetup("plan", "--answers", str(server.answers), timeout=120)
+    _no_traceback(run)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith(f"mlsetup: input error (settings): {path}: {why}"), run.stderr
 
 
 # -- a uv its owner keeps stopped ---------------------------------------------------------------
@@ -256,19 +270,35 @@ def test_a_damaged_handover_file_is_exit_2_not_a_traceback_or_a_hang(
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-def test_a_read_only_state_directory_is_a_diagnosis_not_a_traceback(server: FakeServer):
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_an_unwritable_state_directory_is_a_diagnosis_not_a_traceback(
+    server: FakeServer, fault: str
+):
     """/var/lib remounted read-only (a bind mount made read-only in a private mount
-    namespace): apply says which file system and what to run, for the apply lock taken
-    before the engine's own error handling and for the starter's lock alike."""
+    namespace), or full (a tmpfs with no inode left): apply says which file system and what
+    to run, for the apply lock taken before the engine's own error handling (--foreground)
+    and for the starter's alike."""
     var_lib = server.root / "var/lib"
     var_lib.mkdir(parents=True, exist_ok=True)
+    mount = (
+        f"mount --bind {var_lib} {var_lib} && mount -o remount,bind,ro {var_lib}"
+        if fault == "read-only"
+        else f"mount -t tmpfs -o size=16k,nr_inodes=1 tmpfs {var_lib}"
+    )
     for how in (["--foreground"], []):
-        cli = [sys.executable, "-m", "app.cli", "apply", "--answers", str(server.answers)]
-        script = (
-            f'mount --bind {var_lib} {var_lib} && mount -o remount,bind,ro {var_lib} && exec "$@"'
-        )
+        cli = [sys.executable, "-m", "app.cli", "apply", "--answers", str(server.answers), *how]
         run = subprocess.run(
-            ["unshare", "-m", "sh", "-c", script, "sh", *cli, *how, "--root", str(server.root)],
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                f'{mount} && exec "$@"',
+                "sh",
+                *cli,
+                "--root",
+                str(server.root),
+            ],
             capture_output=True,
             text=True,
             env=server.env(),
@@ -278,4 +308,7 @@ def test_a_read_only_state_directory_is_a_diagnosis_not_a_traceback(server: Fake
         _no_traceback(run)
         said = run.stdout + run.stderr
         assert run.returncode == 1, said
-        assert "read-only" in said and f"findmnt -T {var_lib};" in said, said
+        if fault == "read-only":
+            assert "read-only" in said and f"findmnt -T {var_lib};" in said, said
+        else:
+            assert "no space left" in said and f"df -h {var_lib};" in said, said
