@@ -119,5 +119,9 @@ class RunFollower:
 def unwritable_text(path: str, error: int, then: str | None = None) -> str:
     """What a write of mlsetup's own that failed with `error` (ENOSPC, EDQUOT, EROFS) says."""
     diagnosis = unwritable(path, error, then)
-    what = "read-only file system" if error == errno.EROFS else "no space left on the device"
-    return f"{what} to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"
+    what = (
+        f"the file system is read-only where mlsetup writes {path}"
+        if error == errno.EROFS
+        else f"no space left on the device to write {path}"
+    )
+    return f"{what}: {diagnosis.why}\n  next: {diagnosis.next}"

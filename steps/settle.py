@@ -17,7 +17,7 @@ from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
 from steps.errors import InputError, Refused
 from steps.events import Notice
-from steps.exitcodes import EXIT_INPUT
+from steps.exitcodes import EXIT_FAILED, EXIT_INPUT
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.plan import Action
@@ -166,7 +166,9 @@ class StackSettler:
             "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
             f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
         )
+        code = EXIT_INPUT  # the index configured cannot serve this run: nothing ran
         if result is not None and result.ended and action is not None:
+            code = EXIT_FAILED  # not the input's doing: another account held the run up
             who = action.user or "root"
             diagnosis = Diagnosis(
                 "held-up",
@@ -183,7 +185,7 @@ class StackSettler:
                 log=self.run.action_log(action.id) if action else None,
                 diagnosis=diagnosis,
                 tail=tail,
-                code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
+                code=code,
             )
         )
 

@@ -168,6 +168,15 @@ def test_a_saved_lock_is_reused_only_for_the_account_that_resolved_it(server: Fa
     assert run.returncode == 2 and "symbolic link of uid 1000" in run.stderr, run.stderr
     assert list(closed.iterdir()) == []
 
+    # a fleet's lock with an option line in it (hole 1 through the saved lock): refused
+    saved.write_text(handed.read_text() + f"--find-links {server.base}\n")
+    run = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    _no_traceback(run)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        "mlsetup: input error (state): /var/lib/mlsetup/stack.lock: line "
+    ), run.stderr
+
 
 # -- hole 3: the system's index settings --------------------------------------------------------
 
@@ -213,7 +222,7 @@ def test_a_uv_its_owner_keeps_stopped_is_ended_and_the_apply_lock_released(serve
     assert "uv pip compile, run as mluser, was kept stopped" in said, said
     run = server.mlsetup("apply", "--answers", str(server.answers), timeout=240, **env(index))
     _no_traceback(run)
-    assert run.returncode != 0 and "was kept stopped" in run.stdout, run.stdout
+    assert run.returncode == 1 and "was kept stopped" in run.stdout, run.stdout
     assert server.report()["failure"]["diagnosis"] == "held-up"
     assert server.apply_lock_free()
     assert not server.venv.exists()

@@ -56,7 +56,8 @@ def settle_lock(
         try:
             # a fleet's lock is copied here: one that holds more than pins is refused
             lock = load_lock(saved, STATE_LOCK, f"sudo rm {STATE_LOCK}")
-        except LockRefused:
+        except LockRefused as exc:
+            exc.kind = "state"  # root's saved state, not the answers
             raise
         except InputError:
             pass  # damaged: resolve again and replace it
