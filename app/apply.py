@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.console import ConsolePrinter
-from app.follower import RunFollower, no_space_text
+from app.follower import RunFollower, unwritable_text
 from steps.answers import answers_from_toml, read_answers
 from steps.applyrun import RESUME_COMMAND, continue_command
 from steps.choices import check_on_machine, choose
 from steps.diagnose import answers_command
-from steps.engine import NO_SPACE, ApplyLock, ApplyRequest, Engine
+from steps.engine import UNWRITABLE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
 from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.facts import load_facts
@@ -140,17 +140,17 @@ def apply(args: argparse.Namespace) -> int:
     # The lock first, so that of two applies started at once exactly one gets past here; the
     # engine started below takes it over before this returns "started".
     lock = ApplyLock(Paths(fs).lock)
-    lock.acquire()
     try:
+        lock.acquire()
         if not args.resume:
             load_state(Paths(fs).state)  # unusable: set aside, exit 2, before anything runs
         assert lock.fd is not None
         ticket = start_detached(fs, engine_args, lock.fd)
     except OSError as exc:
-        if exc.errno not in NO_SPACE:
+        if exc.errno not in UNWRITABLE:
             raise
         full = str(exc.filename or Paths(fs).state_dir)
-        raise MlsetupError(no_space_text(full, then())) from exc
+        raise MlsetupError(unwritable_text(full, exc.errno, then())) from exc
     finally:
         lock.release()
     return _view(fs, ticket, then)

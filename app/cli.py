@@ -180,15 +180,15 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 def _lock(args: argparse.Namespace, answers: Answers) -> int:
     """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
     from steps.probe import probe
+    from steps.safefs import replace_file
     from steps.stack.obtain import lock_ahead
-    from steps.state import write_atomic
 
     fs = RootFS(args.root)
     facts = load_facts(args.facts) if args.facts is not None else probe(fs).facts
     with input_kind("answers"):  # as for plan: a refused resolution is the answers' packages
         lock = lock_ahead(fs, facts, answers, on_machine=args.facts is None)
     try:
-        write_atomic(args.output, lock.file_text(), mode=0o644)
+        replace_file(args.output, lock.file_text().encode(), 0o644)
     except OSError as exc:
         raise InputError(
             f"-o {str(args.output)!r}: cannot write the lock: {exc.strerror}", kind="usage"

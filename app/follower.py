@@ -10,6 +10,7 @@ says which, in words a person can act on.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from steps import events as ev
 from steps.applyrun import RESUME_COMMAND
-from steps.diagnose import no_space
+from steps.diagnose import unwritable
 from steps.engine import ApplyLock
 from steps.paths import Paths
 from steps.rootfs import RootFS
@@ -84,7 +85,7 @@ class RunFollower:
         """Why the events ended without a Finished event: what happened and what to do."""
         full = self._full_disk()
         if full is not None:  # the engine could not write what it would have said
-            return no_space_text(str(full), self.then())
+            return unwritable_text(str(full), errno.ENOSPC, self.then())
         if not self.started:
             tail = self.engine_log_tail()
             return "the engine did not start; its output:\n" + "\n".join(
@@ -115,6 +116,12 @@ class RunFollower:
         return None
 
 
-def no_space_text(path: str, then: str | None = None) -> str:
-    diagnosis = no_space(path, then)
-    return f"no space left on the device to write {path}: {diagnosis.why}\n  next: {diagnosis.next}"
+def unwritable_text(path: str, error: int, then: str | None = None) -> str:
+    """What a write of mlsetup's own that failed with `error` (ENOSPC, EDQUOT, EROFS) says."""
+    diagnosis = unwritable(path, error, then)
+    what = (
+        f"the file system is read-only where mlsetup writes {path}"
+        if error == errno.EROFS
+        else f"no space left on the device to write {path}"
+    )
+    return f"{what}: {diagnosis.why}\n  next: {diagnosis.next}"

@@ -30,6 +30,8 @@ from steps.stack.lock import Lock, PlannedStack
 from steps.state import State, peek_state, save_state
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# a write of mlsetup's own that can fail for want of the disk itself, not of the run's doing
+UNWRITABLE = (*NO_SPACE, errno.EROFS)
 
 
 def naming(exc: OSError, path: Path | None) -> OSError:

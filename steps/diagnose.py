@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -103,6 +104,29 @@ def failed_url(lines: list[str], argv: list[str] | None = None) -> str | None:
         return None
     urls = [a for a in argv if a.startswith(("https://", "http://"))]
     return urls[0] if len(urls) == 1 else None
+
+
+def read_only(path: str, then: str) -> Diagnosis:
+    """The "read-only" diagnosis for a write of mlsetup's own that found the file system holding
+    `path` mounted read-only (EROFS: remounted after an error, or an image's). `then`: the
+    command that goes on once it is writable."""
+    where = path if os.path.isdir(path) else os.path.dirname(path) or path
+    return Diagnosis(
+        "read-only",
+        f"The file system holding {where} is read-only (mounted ro, or remounted after a disk "
+        "error): mlsetup keeps its state, logs and caches there.",
+        f"findmnt -T {where}; make it writable (sudo mount -o remount,rw on that mount point, "
+        f"after the disk is checked), then: {then}",
+    )
+
+
+def unwritable(path: str, error: int, then: str | None = None) -> Diagnosis:
+    """What a write of mlsetup's own that failed with `error` (ENOSPC, EDQUOT, EROFS) says."""
+    from steps.applyrun import RESUME_COMMAND  # here: applyrun imports this module
+
+    if error == errno.EROFS:
+        return read_only(path, then or RESUME_COMMAND)
+    return no_space(path, then)
 
 
 def no_space(path: str, then: str | None = None) -> Diagnosis:

@@ -17,6 +17,7 @@ lock (steps.applylock). The engine's own decisions go to the run's decisions.log
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from steps.applylock import ApplyLock
 from steps.applyrun import (
     NO_SPACE,
     RESUME_COMMAND,
+    UNWRITABLE,
     ApplyRequest,
     ApplyRun,
     Fault,
@@ -41,7 +43,7 @@ from steps.applyrun import (
 from steps.builds import ExtensionBuilds
 from steps.choices import choose
 from steps.decisionlog import DecisionLog
-from steps.diagnose import no_space
+from steps.diagnose import unwritable
 from steps.errors import NeedsRootError
 from steps.events import (
     ActionFinished,
@@ -72,7 +74,7 @@ from steps.state import State, load_state, new_run_id, remove_temporaries
 
 # What app/ and the tests take from here: the engine and its request, the lock, and the
 # constants the front ends share with it.
-__all__ = ["NO_SPACE", "RESUME_COMMAND", "ApplyLock", "ApplyRequest", "Engine"]
+__all__ = ["NO_SPACE", "RESUME_COMMAND", "UNWRITABLE", "ApplyLock", "ApplyRequest", "Engine"]
 
 log = logging.getLogger("mlsetup.engine")
 
@@ -136,14 +138,14 @@ class Engine:
 
     def run(self) -> int:
         lock = ApplyLock(self.apply_run.paths.lock)
-        if not self.req.dry_run:
-            self._take(lock)
         try:
+            if not self.req.dry_run:
+                self._take(lock)  # a read-only or full /var/lib fails here: diagnosed below
             return self._run()
         except OSError as exc:
-            if exc.errno not in NO_SPACE:
+            if exc.errno not in UNWRITABLE:
                 raise
-            return self._no_space(exc)
+            return self._unwritable(exc)
         finally:
             lock.release()
             if self._decisions is not None:
@@ -351,16 +353,21 @@ class Engine:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def _no_space(self, exc: OSError) -> int:
-        """A state, log or report write found its disk full. The state file is still the last
-        complete one (every write is atomic), so the run goes on from there (continue_command
-        says how); this says so through whatever can still be written (the console of a
-        foreground engine)."""
+    def _unwritable(self, exc: OSError) -> int:
+        """A state, log or report write found its disk full or read-only. The state file is
+        still the last complete one (every write is atomic), so the run goes on from there
+        (continue_command says how); this says so through whatever can still be written (the
+        console of a foreground engine)."""
         run = self.apply_run
         where = str(exc.filename or run.paths.state)
         then = continue_command(run.paths, self.req.answers_toml, self.req.answers_path)
-        diagnosis = no_space(where, then)
-        what = f"no space left on the device to write {where}"
+        assert exc.errno is not None
+        diagnosis = unwritable(where, exc.errno, then)
+        what = (
+            f"the file system is read-only where mlsetup writes {where}"
+            if exc.errno == errno.EROFS
+            else f"no space left on the device to write {where}"
+        )
         run.outcome.failure = Failure(
             step=run.step,
             action=None,

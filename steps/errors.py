@@ -36,6 +36,17 @@ class InputError(MlsetupError):
         self.kind: InputKind = kind
 
 
+class Refused(InputError):
+    """Input root will not use as it stands (a lock holding more than pins, an index setting
+    file another account could write): `why` in plain words and `fix`, the command that
+    makes it usable, for the run's diagnosis."""
+
+    def __init__(self, message: str, why: str, fix: str, kind: InputKind = "input") -> None:
+        super().__init__(message, kind)
+        self.why = why
+        self.fix = fix
+
+
 @contextmanager
 def input_kind(kind: InputKind) -> Iterator[None]:
     """An InputError raised inside (a function, as a decorator) refused input of `kind`,

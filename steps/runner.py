@@ -61,6 +61,11 @@ DRAIN_S = 1.0
 POLL_S = 0.1  # how often the main process is looked at while its output is quiet
 LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
 READ_CHUNK = 64 * 1024
+# Root does not wait without end on a process another account controls: one it keeps stopped
+# (SIGSTOP, or held under a debugger) this long is ended, and a resolution it runs may take
+# this long at most (PyTorch's index and a full resolution take minutes).
+STOPPED_LIMIT_S = 10.0
+RESOLVE_LIMIT_S = 3600.0
 
 
 def _pick(
@@ -100,6 +105,36 @@ class Result:
     exit_code: int
     elapsed: float
     tail: list[str]  # the last lines of output, for the diagnosis and the report
+    ended: str | None = None  # why mlsetup ended it ("was stopped (SIGSTOP) for 10 s")
+
+
+class _Watch:
+    """A process of another account's, looked at while it runs: `overdue` says why it must
+    be ended (stopped for STOPPED_LIMIT_S, or past `limit` seconds), else None."""
+
+    def __init__(self, pid: int, limit: float | None) -> None:
+        self.pid = pid
+        self.limit = limit
+        self.start = time.monotonic()
+        self.stopped_at: float | None = None
+
+    def overdue(self) -> str | None:
+        now = time.monotonic()
+        if self.limit is not None and now - self.start >= self.limit:
+            return f"ran past its limit of {self.limit:.0f} s"
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat_file:
+                state = stat_file.read(4096).rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            return None
+        if state not in (b"T", b"t"):
+            self.stopped_at = None
+            return None
+        if self.stopped_at is None:
+            self.stopped_at = now
+        if now - self.stopped_at >= STOPPED_LIMIT_S:
+            return f"was kept stopped (SIGSTOP or a debugger) for {STOPPED_LIMIT_S:.0f} s"
+        return None
 
 
 class RunnerError(Exception):
@@ -199,6 +234,9 @@ class Runner:
                 ) from None
             if on_start:
                 on_start(proc.pid)
+            limit = RESOLVE_LIMIT_S if action.kind == "resolve" else None
+            watch = _Watch(proc.pid, limit) if account is not None else None
+            ended: list[str] = []
 
             def line(raw: bytes) -> None:
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -208,6 +246,10 @@ class Runner:
                     on_line(text)
 
             def look(main_ended: bool) -> None:
+                # another account's process holds root up: not for ever
+                if not main_ended and watch is not None and not ended and (why := watch.overdue()):
+                    ended.append(why)
+                    proc.kill()
                 if leftovers is None:
                     return
                 if main_ended:
@@ -231,8 +273,12 @@ class Runner:
             look(True)  # what it left that had let go of the output
             # a process killed by a signal reads as 128 + signal, as a shell shows it
             exit_code = 128 - code if code < 0 else code
+            if ended:
+                said = f"mlsetup: {Path(argv[0]).name}, run as {action.user}, {ended[0]}: ended it"
+                tail.append(said)
+                log.write(f"{said}\n".encode())
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
-        return Result(exit_code, time.monotonic() - start, list(tail))
+        return Result(exit_code, time.monotonic() - start, list(tail), ended[0] if ended else None)
 
     def _end(
         self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str

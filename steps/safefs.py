@@ -307,6 +307,101 @@ def copy_into(src_fd: int, dir_fd: int, name: str, *, limit: int, mode: int = 0o
         os.close(out)
 
 
+MAX_LINKS_FOLLOWED = 40  # as the kernel's own limit on a path's symlinks (ELOOP)
+
+
+def open_dir_path(path: Path, *, create: bool = False) -> int:
+    """A descriptor for the directory at the absolute `path`, walked from / one component at
+    a time: a symlink on the way is followed only when it is root's or this account's own (a
+    system link such as /var/run); another account's link is refused (UnsafeFile), never
+    followed into a directory it points at. `create`: missing directories are made (0755)."""
+    trusted = {0, os.geteuid()}
+    parts = list(Path(os.path.abspath(path)).parts[1:])
+    fd = os.open("/", _DIR_FLAGS)
+    followed = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name in ("", "."):
+                continue
+            try:
+                if create and name != "..":
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                st = os.lstat(name, dir_fd=fd)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise UnsafeFile(exc.errno, "is not a directory", name) from None
+                if st.st_uid not in trusted or followed >= MAX_LINKS_FOLLOWED:
+                    raise UnsafeFile(
+                        exc.errno, f"is a symbolic link of uid {st.st_uid}: not followed", name
+                    ) from None
+                followed += 1
+                target = os.readlink(name, dir_fd=fd)
+                parts[:0] = list(Path(target).parts)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", _DIR_FLAGS)
+                    parts.pop(0)  # the "/" itself
+                continue
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def replace_file(path: Path, data: bytes, mode: int, *, create_parents: bool = False) -> None:
+    """Put `data` at `path` as a new file of this account's with `mode`, so that nothing
+    planted there is written through: its directory is opened without following another
+    account's links (`open_dir_path`), the data goes to a temp file created O_EXCL beside
+    it, which is renamed over the name. What is at the name already must be this account's
+    own regular file with no other hard link (one with another name elsewhere would be
+    truncated, or its other name keep the old data): else UnsafeFile, nothing written."""
+    path = Path(os.path.abspath(path))
+    name = single_component(path.name)
+    dir_fd = open_dir_path(path.parent, create=create_parents)
+    try:
+        try:
+            st = os.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else _kind(st.st_mode)
+                raise UnsafeFile(0, f"is {what}: not replaced", str(path))
+            if st.st_uid != os.geteuid():
+                why = f"is not a file of this account's (uid {st.st_uid}): not replaced"
+                raise UnsafeFile(0, why, str(path))
+            if st.st_nlink != 1:
+                raise UnsafeFile(
+                    0,
+                    f"has {st.st_nlink} hard links (other names elsewhere): not replaced",
+                    str(path),
+                )
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        out = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+        try:
+            os.fchmod(out, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+            os.fsync(out)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        finally:
+            os.close(out)
+    finally:
+        os.close(dir_fd)
+
+
 def _open(path: str | Path, flags: int, dir_fd: int | None) -> int:
     try:
         return os.open(path, flags, dir_fd=dir_fd)

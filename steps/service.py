@@ -25,12 +25,13 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-from steps.errors import NeedsRootError
+from steps.errors import InputError, NeedsRootError
 from steps.paths import Paths
 from steps.rootfs import RootFS
 from steps.runner import carried_environment
-from steps.safefs import open_append
+from steps.safefs import open_append, read_bounded
 from steps.state import write_atomic
+from steps.units import MiB
 
 UNIT = "mlsetup-apply"
 RESUME_UNIT = "mlsetup-resume.service"
@@ -108,8 +109,8 @@ def _launch(fs: RootFS, args: list[str], ticket: str) -> str:
     paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for stale in paths.handovers():
         with contextlib.suppress(FileNotFoundError):  # an engine may take it meanwhile
-            if time.time() - stale.stat().st_mtime > STALE_HANDOVER_S:
-                stale.unlink()
+            if time.time() - stale.lstat().st_mtime > STALE_HANDOVER_S:
+                _remove(stale)
     write_atomic(paths.handover(ticket), json.dumps(carried_environment(os.environ)))
     fd, _ = open_append(paths.log_dir / "engine.log")  # anything else there: set aside
     with os.fdopen(fd, "ab") as log:
@@ -213,8 +214,46 @@ def take_handover(fs: RootFS, ticket: str) -> bool:
     except PermissionError as exc:
         raise NeedsRootError("the engine runs as root: start it with sudo mlsetup apply") from exc
     try:
-        environment = json.loads(claimed.read_text())
+        environment = _handover_environment(claimed, path)
     finally:
-        claimed.unlink()
+        _remove(claimed)
     os.environ.update(carried_environment(environment))  # the filter its starter applied
     return True
+
+
+def _remove(path: Path) -> None:
+    """A handover file, or whatever took its name (a directory, a FIFO, a link: removed as
+    the name, never followed)."""
+    try:
+        path.unlink()
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+MAX_HANDOVER_BYTES = 1 * MiB  # an environment is kilobytes; the kernel caps it near 2 MiB
+
+
+def _handover_environment(claimed: Path, shown: Path) -> dict[str, str]:
+    """The environment in a claimed handover file: a regular file (never a FIFO or a link to
+    /dev/zero), bounded, a JSON object of strings; InputError (state) naming it otherwise."""
+
+    def refused(why: str) -> InputError:
+        return InputError(
+            f"{shown}: {why}; allowed: the JSON object of strings mlsetup apply writes there. "
+            "Start the setup again: sudo mlsetup apply --resume",
+            kind="state",
+        )
+
+    try:
+        data = read_bounded(claimed, MAX_HANDOVER_BYTES)
+    except OSError as exc:
+        raise refused(exc.strerror or str(exc)) from None
+    try:
+        environment = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise refused(f"not JSON ({str(exc)[:80]})") from None
+    if not isinstance(environment, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in environment.items()
+    ):
+        raise refused("not a JSON object of strings")
+    return environment

@@ -15,9 +15,9 @@ from steps.actions import ActionRunner, Execute
 from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
 from steps.choices import choose
 from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
-from steps.errors import InputError
+from steps.errors import InputError, Refused
 from steps.events import Notice
-from steps.exitcodes import EXIT_INPUT
+from steps.exitcodes import EXIT_FAILED, EXIT_INPUT
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
 from steps.plan import Action
@@ -28,6 +28,7 @@ from steps.stack.lock import (
     SMOKE_SCRIPT,
     STATE_LOCK,
     Lock,
+    LockRefused,
     make_shared_dir,
 )
 from steps.stack.obtain import settle_lock
@@ -54,6 +55,19 @@ class StackSettler:
         facts = self.run.facts()
         try:
             self.run.lock = self._settle_lock(facts)
+        except Refused as exc:  # a lock or the index settings root will not use
+            self.run.fail(
+                Fault(
+                    "venv",
+                    str(exc),
+                    diagnosis=Diagnosis(
+                        "lock-refused" if isinstance(exc, LockRefused) else "settings-refused",
+                        exc.why,
+                        f"{exc.fix}, then: {answers_command(self.run.req.answers_path)}",
+                    ),
+                    code=EXIT_INPUT,
+                )
+            )
         except InputError as exc:
             self.run.fail(
                 Fault(
@@ -143,6 +157,25 @@ class StackSettler:
         tail = result.tail if result else []
         url = failed_url(tail)
         answers = self.run.req.answers_path
+        diagnosis = Diagnosis(
+            "index-unreachable",
+            f"uv could not reach the package index{f' ({url})' if url else ''} to "
+            "resolve the stack.",
+            f"Check the network and proxy, then: {RESUME_COMMAND}; or set "
+            f"torch.index_url in {answers_file(answers)} to an index this server "
+            "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
+            f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
+        )
+        code = EXIT_INPUT  # the index configured cannot serve this run: nothing ran
+        if result is not None and result.ended and action is not None:
+            code = EXIT_FAILED  # not the input's doing: another account held the run up
+            who = action.user or "root"
+            diagnosis = Diagnosis(
+                "held-up",
+                f"The resolution, run as {who}, {result.ended}; root does not wait without "
+                "end on a process another account controls.",
+                f"See what runs as {who}: ps -u {who} -o pid,stat,args; then: {RESUME_COMMAND}",
+            )
         self.run.fail(
             Fault(
                 "venv",
@@ -150,17 +183,9 @@ class StackSettler:
                 action=action,
                 exit_code=result.exit_code if result else None,
                 log=self.run.action_log(action.id) if action else None,
-                diagnosis=Diagnosis(
-                    "index-unreachable",
-                    f"uv could not reach the package index{f' ({url})' if url else ''} to "
-                    "resolve the stack.",
-                    f"Check the network and proxy, then: {RESUME_COMMAND}; or set "
-                    f"torch.index_url in {answers_file(answers)} to an index this server "
-                    "reaches (a mirror of the PyTorch index; PyPI, https://pypi.org/simple, for "
-                    f"CUDA builds: its Linux torch is one), then: {answers_command(answers)}",
-                ),
+                diagnosis=diagnosis,
                 tail=tail,
-                code=EXIT_INPUT,  # the index configured cannot serve this run: nothing ran
+                code=code,
             )
         )
 

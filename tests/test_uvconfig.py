@@ -11,12 +11,16 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
+
+from steps.errors import InputError
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.runner import CARRIED, Runner, carried_environment
 from steps.stack.uvconfig import uv_environment
 
 PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+MIRROR = "https://mirror.corp/simple"
 
 
 def _root(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -70,8 +74,6 @@ def test_the_systems_uv_toml_gives_uv_its_indexes_as_uv_would_take_them(tmp_path
         # an explicit index serves only packages pinned to it: a pip-style install has none
         f'[[index]]\nname = "x"\nurl = "{mirror}"\nexplicit = true\n': (None, None),
         'cache-dir = "/var/cache/uv"\n': (None, None),  # no index: pip's, if any, then PyPI
-        f'[[index]]\nurl = "{mirror}"\ndefault = true\n[[index': (None, None),  # broken
-        '[[index]]\nurl = "--extra-index-url=evil"\ndefault = true\n': (None, None),
     }
     for n, (text, (default, extra)) in enumerate(cases.items()):
         root = _root(tmp_path / str(n), {"etc/uv/uv.toml": text})
@@ -89,24 +91,68 @@ def test_the_systems_uv_toml_gives_uv_its_indexes_as_uv_would_take_them(tmp_path
     # beside pip.conf: uv's own file is the one uv would have read
     _root(root, {"etc/pip.conf": "[global]\nindex-url = https://pip.corp/simple\n"})
     assert uv_environment({}, root)["UV_DEFAULT_INDEX"] == mirror
-    fifo_root = tmp_path / "fifo"
-    (fifo_root / "etc/uv").mkdir(parents=True)
-    os.mkfifo(fifo_root / "etc/uv/uv.toml")  # must not block
-    assert uv_environment({}, fifo_root) == {"UV_SYSTEM_CERTS": "true"}
 
 
-def test_a_broken_or_hostile_pip_conf_is_ignored(tmp_path):
-    for text in (
-        "not an ini file",
-        "[global]\nindex-url = --extra-index-url=evil\n",
-        "[global]\nindex-url = https://x\u0000y\n",
+def _refusal(root: Path) -> InputError:
+    with pytest.raises(InputError) as caught:
+        uv_environment({}, root)
+    assert caught.value.kind == "settings"
+    return caught.value
+
+
+# Each form of a system setting file root cannot use (issue 33, hole 3): made at `path`.
+def _link(path: Path) -> None:
+    (path.parent / "real.toml").write_text('index-url = "https://mirror.corp/simple"\n')
+    path.symlink_to("real.toml")
+
+
+def _foreign(path: Path) -> None:
+    path.write_text('[global]\nindex-url = "https://evil.corp/simple"\n')
+    os.chown(path, 1001, 1001)
+
+
+UNUSABLE = {
+    "a symlink": (_link, "is a symbolic link"),
+    "over 64 KiB": (lambda p: p.write_text("#" * (65 * 1024)), "is larger than 65536 bytes"),
+    "binary": (lambda p: p.write_bytes(b"\x7fELF\0\0\1"), "is binary"),
+    "not UTF-8": (lambda p: p.write_bytes(b"index-url = \xff\n"), "is not UTF-8 text"),
+    "a FIFO": (os.mkfifo, "is not a regular file (a FIFO)"),  # and the read does not block
+    "a directory": (Path.mkdir, "is not a regular file (a directory)"),
+    "an ordinary account's": (_foreign, "belongs to uid 1001, not root"),
+}
+
+
+@pytest.mark.parametrize("form", list(UNUSABLE))
+@pytest.mark.parametrize("name", ["etc/uv/uv.toml", "etc/xdg/uv/uv.toml", "etc/pip.conf"])
+def test_a_system_setting_file_root_cannot_use_is_exit_2_naming_it(
+    tmp_path: Path, name: str, form: str
+):
+    if form == "an ordinary account's" and os.geteuid() != 0:
+        pytest.skip("gives a file to another account")
+    make, why = UNUSABLE[form]
+    path = tmp_path / name
+    path.parent.mkdir(parents=True)
+    make(path)
+    assert str(_refusal(tmp_path)).startswith(f"{path}: {why}")
+
+
+def test_a_broken_setting_is_exit_2_naming_the_file_and_key(tmp_path):
+    for name, text, named in (
+        ("etc/uv/uv.toml", f'[[index]]\nurl = "{MIRROR}"\n[[index', "is not valid TOML"),
+        ("etc/uv/uv.toml", '[[index]]\nurl = "--extra-index-url=evil"\n', "index[0].url = "),
+        ("etc/xdg/uv/uv.toml", '[pip]\nindex-url = "pypi"\n', 'pip.index-url = "pypi"'),
+        ("etc/pip.conf", "not an ini file", "is not a pip configuration file"),
+        ("etc/pip.conf", "[global]\nindex-url = --extra-index-url=evil\n", "[global] index-url"),
+        ("etc/pip.conf", "[global]\nindex-url = https://x\u0000y\n", "is binary"),
     ):
-        root = _root(tmp_path / str(abs(hash(text))), {"etc/pip.conf": text})
-        assert "UV_DEFAULT_INDEX" not in uv_environment({}, root)
-    fifo_root = tmp_path / "fifo"
-    (fifo_root / "etc").mkdir(parents=True)
-    os.mkfifo(fifo_root / "etc/pip.conf")  # must not block
-    assert uv_environment({}, fifo_root) == {"UV_SYSTEM_CERTS": "true"}
+        root = _root(tmp_path / str(abs(hash(text))), {name: text})
+        assert str(_refusal(root)).startswith(f"{root / name}: {named}"), text
+    # a broken file beside the one uv takes is refused too: it is the operator's mistake
+    root = _root(
+        tmp_path / "beside",
+        {"etc/xdg/uv/uv.toml": f'index-url = "{MIRROR}"\n', "etc/uv/uv.toml": "[[index"},
+    )
+    assert "etc/uv/uv.toml: is not valid TOML" in str(_refusal(root))
 
 
 def test_proxies_and_index_settings_are_carried_across_the_detached_start():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from steps.plan import Plan
 from steps.planner import plan_for
 from steps.probe import probe
 from steps.rootfs import RootFS
+from steps.safefs import replace_file
 from steps.stack.lock import PlannedStack
 from steps.stack.obtain import lock_for_plan
 from steps.state import CorruptState, State, load_state, write_atomic
@@ -231,8 +231,7 @@ class Session:
         text = self.answers.to_toml()
         account = invoking_account()
         if account is None:  # root logged in as root, or a normal user: the same rules
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_private(path, text.encode())
+            replace_file(path, text.encode(), 0o600, create_parents=True)
             return Saved(path, None)
         name, uid, gid = account
         write_as(uid, gid, path, text)
@@ -312,8 +311,8 @@ class Saved:
 def write_as(uid: int, gid: int, path: Path, text: str) -> None:
     """Write `path` in a child that has become the account (uid, gid): its own permissions
     decide, the file is its own, readable by it only (it may name a mirror with credentials),
-    and a link in place of the file is refused (O_NOFOLLOW). The child only makes system
-    calls before it exits (no exec: the interpreter may live where the account cannot
+    and nothing planted there is written through (steps.safefs.replace_file). The child only
+    makes system calls before it exits (no exec: the interpreter may live where the account cannot
     reach). OSError with the child's reason when it could not."""
     data = text.encode()
     read, write = os.pipe()
@@ -327,8 +326,7 @@ def write_as(uid: int, gid: int, path: Path, text: str) -> None:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
-            os.makedirs(path.parent, exist_ok=True)
-            write_private(path, data)
+            replace_file(path, data, 0o600, create_parents=True)
             code = 0
         except OSError as exc:
             os.write(write, (exc.strerror or str(exc)).encode()[:500])
@@ -340,25 +338,6 @@ def write_as(uid: int, gid: int, path: Path, text: str) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise OSError(errno.EACCES, why or "the write failed")
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write `path` readable by this process's account only: never through a link
-    (O_NOFOLLOW), never into a file of another account or one that is not a regular file
-    (checked before anything of it is truncated: in /tmp, root could else overwrite a file
-    a user left there for it)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise OSError(errno.EPERM, f"{path} is not a file of this account's: not replaced")
-        os.ftruncate(fd, 0)
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def invoking_account() -> tuple[str, int, int] | None:

@@ -19,7 +19,14 @@ from steps.runner import Result, Runner, RunnerError
 from steps.stack.check import lock_problems
 from steps.stack.index import index_secrets
 from steps.stack.inputs import stack_inputs
-from steps.stack.lock import STATE_LOCK, Lock, PlannedStack, load_lock, read_lock_file
+from steps.stack.lock import (
+    STATE_LOCK,
+    Lock,
+    LockRefused,
+    PlannedStack,
+    load_lock,
+    read_lock_file,
+)
 from steps.stack.refusal import StackUnavailable
 from steps.stack.resolve import Resolution, RunCommand, resolver_for
 
@@ -32,7 +39,9 @@ def settle_lock(
     when no torch satisfies the packages here. `on_machine`: `facts` are this machine's (its
     venv owner resolves when a build is needed), not a recorded one's."""
     if answers.venv.lock:
-        lock = read_lock_file(fs.path(answers.venv.lock), f"venv.lock {answers.venv.lock!r}")
+        given = answers.venv.lock
+        fix = f"write it again with: sudo mlsetup lock --answers ANSWERS -o {given}"
+        lock = read_lock_file(fs.path(given), f"venv.lock {given!r}", fix)
         if problems := lock_problems(facts, answers, lock):
             raise InputError(
                 f"venv.lock {answers.venv.lock!r} does not fit this machine: "
@@ -45,11 +54,17 @@ def settle_lock(
     saved = fs.read_text(STATE_LOCK)
     if saved:
         try:
-            lock = load_lock(saved, STATE_LOCK)
+            # a fleet's lock is copied here: one that holds more than pins is refused
+            lock = load_lock(saved, STATE_LOCK, f"sudo rm {STATE_LOCK}")
+        except LockRefused as exc:
+            exc.kind = "state"  # root's saved state, not the answers
+            raise
         except InputError:
             pass  # damaged: resolve again and replace it
         else:
-            if lock.key == inputs.key:
+            # the same inputs, resolved by the account that would resolve them now: a lock
+            # the venv's owner made is never reused for root's venv, or another's
+            if lock.key == inputs.key and lock.resolved_by == resolver.who:
                 return lock
     if run is None:
         return None

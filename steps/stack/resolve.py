@@ -41,7 +41,7 @@ from steps.stack.check import lock_problems
 from steps.stack.commands import compile_argv
 from steps.stack.index import index_args, index_label, local_index, per_build_index
 from steps.stack.inputs import StackInputs, requirement_name
-from steps.stack.lock import MAX_LOCK_BYTES, Lock, Pins, build_of_pins, parse_pins
+from steps.stack.lock import MAX_LOCK_BYTES, Lock, Pins, build_of_pins, parse_requirements
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.uvfailure import (
     Failure,
@@ -223,6 +223,11 @@ class Resolution:
             result = self.run(action)
             if result is None:
                 raise StackUnavailable("uv could not be started to resolve the stack")
+            if result.ended:  # the account it ran as held it up: root does not wait
+                raise StackUnavailable(
+                    f"uv pip compile, run as {self.resolver.who}, {result.ended}: ended it",
+                    ask.action,
+                )
             if result.exit_code != 0:
                 return _Compiled(result, None)
             try:
@@ -277,16 +282,21 @@ class Resolution:
     # -- the lock -----------------------------------------------------------------------------
 
     def _lock_from(self, text: str, build: str, python: _Python, attempts: Attempts) -> Lock:
-        pins = parse_pins(text)
+        # written by the account uv ran as: taken as data, like any lock root is handed
+        who = self.resolver.who
+        fix = f"look at what runs as {who} (ps -u {who}), then: sudo mlsetup plan"
+        body = parse_requirements(text, f"the lock uv wrote as {who}", fix)
+        pins = body.pins
         if "torch" not in pins.versions:
             raise StackUnavailable("uv's lock has no torch in it")
         locked = build_of_pins(pins.versions)
         lock = Lock(
-            text=text,
+            text=body.text,
             python=python.version,
             platform=self.inputs.platform,
             build=locked,
             key=self.inputs.key,
+            resolved_by=self.resolver.who,
             packages=pins.versions,
             index=index_label(self.answers, build, self.inputs.configured),
             python_reason=python.reason,

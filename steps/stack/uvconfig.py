@@ -15,25 +15,94 @@ server whose operator set a PyPI mirror for pip only, uv would go to pypi.org to
 has no index configured, pip's index-url / extra-index-url become UV_DEFAULT_INDEX / UV_INDEX.
 `configured_index` says which default index that is: the stack's resolution then uses it alone
 (steps.stack.index.index_args), never PyTorch's index or PyPI beside it.
+
+Those files are what root resolves from, so they are read as root reads what it trusts
+(steps.safefs): no symlink, a regular file of root's (or of the account running mlsetup)
+writable by no other account, in directories that are so too, at most CONFIG_LIMIT bytes of
+UTF-8 in their format, each index a URL. One that exists but fails any of that is exit 2
+(ConfigRefused, naming it), never a silent fall back to PyPI, the dependency confusion a
+mirror exists to prevent.
 """
 
 from __future__ import annotations
 
 import configparser
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from steps.errors import InputError
+from steps.errors import InputError, Refused, show_value
 from steps.inputs import parse_toml
-from steps.safefs import read_bounded
+from steps.safefs import Untrusted, open_trusted_dir, open_trusted_file, read_fd
 
 CONFIG_LIMIT = 64 * 1024
 CERT_VARIABLES = ("UV_SYSTEM_CERTS", "UV_NATIVE_TLS")  # the operator's own choice wins
 UV_INDEX_VARIABLES = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL")
-UV_SYSTEM_CONFIGS = ("/etc/xdg/uv/uv.toml", "/etc/uv/uv.toml")
-PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")
+# uv's system files: uv.toml in each of XDG_CONFIG_DIRS (default /etc/xdg), then /etc/uv/uv.toml
+# (https://docs.astral.sh/uv/concepts/configuration-files/); pip's: /etc/pip.conf, then
+# pip.conf in each of XDG_CONFIG_DIRS (https://pip.pypa.io/en/stable/topics/configuration/).
+XDG_DEFAULT = "/etc/xdg"
+
+
+class ConfigRefused(Refused):
+    """A system index setting file that exists but cannot be used (exit 2, kind settings)."""
+
+    def __init__(self, path: Path, why: str, fix: str) -> None:
+        super().__init__(
+            f"{path}: {why}; without it uv would resolve from PyPI, not the index it sets",
+            "The system's uv or pip index settings cannot be used as they are, and mlsetup "
+            "will not resolve from PyPI in their place.",
+            fix,
+            kind="settings",
+        )
+
+
+def _xdg_dirs(environ: Mapping[str, str]) -> list[str]:
+    """XDG_CONFIG_DIRS' absolute entries (a relative one is ignored, as the spec says)."""
+    given = environ.get("XDG_CONFIG_DIRS") or XDG_DEFAULT
+    return [d for d in given.split(":") if d.startswith("/")] or [XDG_DEFAULT]
+
+
+def uv_system_configs(environ: Mapping[str, str] = os.environ) -> list[str]:
+    return [f"{d.rstrip('/')}/uv/uv.toml" for d in _xdg_dirs(environ)] + ["/etc/uv/uv.toml"]
+
+
+def pip_configs(environ: Mapping[str, str] = os.environ) -> list[str]:
+    return ["/etc/pip.conf"] + [f"{d.rstrip('/')}/pip/pip.conf" for d in _xdg_dirs(environ)]
+
+
+def read_system_config(path: Path) -> str | None:
+    """The text of the system setting file `path` (None: there is none), read as root reads
+    what it trusts; ConfigRefused naming it when it exists but cannot be used."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    owners = {0, os.geteuid()}
+    fix = f"sudo rm {path}, or make it a small root-owned file: sudo chown root {path}"
+    try:
+        dir_fd = open_trusted_dir(path.parent, owners)
+        try:
+            fd = open_trusted_file(path.name, dir_fd, owners, path)
+        finally:
+            os.close(dir_fd)
+        try:
+            data = read_fd(fd, CONFIG_LIMIT, path)
+        finally:
+            os.close(fd)
+    except Untrusted as exc:
+        raise ConfigRefused(Path(exc.filename), exc.strerror or "cannot be used", exc.fix) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigRefused(path, why.removeprefix(f"{path}: "), fix) from None
+    if b"\0" in data:
+        raise ConfigRefused(path, "is binary (holds NUL bytes), not a setting file", fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigRefused(path, f"is not UTF-8 text ({exc.reason})", fix) from None
 
 
 def uv_environment(environ: Mapping[str, str], root: Path = Path("/")) -> dict[str, str]:
@@ -68,33 +137,34 @@ class Indexes:
 
 
 def _uv_system_indexes(root: Path) -> Indexes:
-    """The indexes of the system's uv.toml, the first of UV_SYSTEM_CONFIGS that exists, as uv
-    takes it: `[[index]]` entries (the one with `default = true` replaces PyPI; `explicit`
+    """The indexes of the system's uv.toml, the first of `uv_system_configs` that exists, as
+    uv takes it: `[[index]]` entries (the one with `default = true` replaces PyPI; `explicit`
     ones serve only packages pinned to them, which a pip-style install never does) and the
-    older `index-url` / `extra-index-url`, at the top or under `[pip]`. An unreadable or
-    broken file gives nothing (uv itself would refuse to run with it)."""
-    for name in UV_SYSTEM_CONFIGS:
+    older `index-url` / `extra-index-url`, at the top or under `[pip]`. Every one that exists
+    must be usable (ConfigRefused), the first one counts."""
+    found: Indexes | None = None
+    for name in uv_system_configs():
         path = root / name.lstrip("/")
-        try:
-            text = read_bounded(path, CONFIG_LIMIT).decode("utf-8", "replace")
-        except FileNotFoundError:
+        text = read_system_config(path)
+        if text is None:
             continue
-        except OSError:
-            return Indexes()
         try:
             data = parse_toml(text, str(path))
-        except InputError:
-            return Indexes()
-        return _indexes_of(data)
-    return Indexes()
+        except InputError as exc:
+            why = str(exc).removeprefix(f"{path}: ")
+            raise ConfigRefused(path, f"is {why}", f"sudoedit {path}") from None
+        indexes = _indexes_of(data, path)
+        found = found or indexes
+    return found or Indexes()
 
 
-def _indexes_of(data: dict[str, Any]) -> Indexes:
+def _indexes_of(data: dict[str, Any], path: Path) -> Indexes:
     default: str | None = None
     extra: list[str] = []
     entries = data.get("index")
-    for entry in entries if isinstance(entries, list) else []:
+    for n, entry in enumerate(entries if isinstance(entries, list) else []):
         url = entry.get("url") if isinstance(entry, dict) else None
+        _check_url(url, path, f"index[{n}].url")
         if not isinstance(url, str) or not _url(url) or entry.get("explicit") is True:
             continue
         if entry.get("default") is True and default is None:
@@ -102,11 +172,15 @@ def _indexes_of(data: dict[str, Any]) -> Indexes:
         else:
             extra.append(url.strip())
     pip = data.get("pip")
-    for table in (data, pip if isinstance(pip, dict) else {}):
+    for prefix, table in (("", data), ("pip.", pip if isinstance(pip, dict) else {})):
         url = table.get("index-url")
+        if url is not None:
+            _check_url(url, path, f"{prefix}index-url")
         if default is None and isinstance(url, str) and _url(url):
             default = url.strip()
         more = table.get("extra-index-url")
+        for n, u in enumerate(more if isinstance(more, list) else []):
+            _check_url(u, path, f"{prefix}extra-index-url[{n}]")
         if isinstance(more, list):
             extra += [u.strip() for u in more if isinstance(u, str) and _url(u)]
     return Indexes(default, tuple(dict.fromkeys(extra)))
@@ -122,6 +196,16 @@ def configured_index(environ: Mapping[str, str], root: Path = Path("/")) -> str 
     return uv_environment(environ, root).get("UV_DEFAULT_INDEX")
 
 
+def _check_url(value: object, path: Path, key: str) -> None:
+    """ConfigRefused naming `key` of `path` unless `value` is an index URL."""
+    if not (isinstance(value, str) and _url(value)):
+        raise ConfigRefused(
+            path,
+            f"{key} = {show_value(value)}: allowed: an https://, http:// or file:// URL",
+            f"sudoedit {path}",
+        )
+
+
 def _url(value: str) -> bool:
     return value.strip().startswith(("https://", "http://", "file://")) and not any(
         c in value.strip() for c in "\0\r\n"
@@ -129,18 +213,24 @@ def _url(value: str) -> bool:
 
 
 def _pip_config(root: Path, key: str) -> str | None:
-    """`key` from the [global] (or [install]) section of the first system pip.conf that has it."""
-    for name in PIP_CONFIGS:
-        try:
-            text = read_bounded(root / name.lstrip("/"), CONFIG_LIMIT).decode("utf-8", "replace")
-        except OSError:
+    """`key` from the [global] (or [install]) section of the first system pip.conf that has it;
+    every one that exists must be usable (ConfigRefused)."""
+    found: str | None = None
+    for name in pip_configs():
+        path = root / name.lstrip("/")
+        text = read_system_config(path)
+        if text is None:
             continue
         parser = configparser.ConfigParser(interpolation=None)
         try:
-            parser.read_string(text, source=name)
-        except configparser.Error:
-            continue
+            parser.read_string(text, source=str(path))
+        except configparser.Error as exc:
+            why = f"is not a pip configuration file: {str(exc).splitlines()[0]}"
+            raise ConfigRefused(path, why, f"sudoedit {path}") from None
         for section in ("global", "install"):
-            if parser.has_option(section, key):
-                return parser.get(section, key)
-    return None
+            if found is None and parser.has_option(section, key):
+                found = parser.get(section, key)
+                urls = found.split() or [found]
+                for url in urls:
+                    _check_url(url, path, f"[{section}] {key}")
+    return found

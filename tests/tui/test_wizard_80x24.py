@@ -461,7 +461,24 @@ def test_root_saving_its_answers_in_a_shared_directory_follows_no_link_and_spare
         session.save_answers(theirs)
     assert theirs.read_text() == "nobody's notes\n"
 
+    # a hard link to root's file (made by another account where fs.protected_hardlinks=0):
+    # renaming over it would leave the file, writing through it would truncate the file
+    os.link(victim, sticky / "hardlink.toml")
+    with pytest.raises(OSError, match="has 2 hard links"):
+        session.save_answers(sticky / "hardlink.toml")
+    assert victim.read_text() == "root's own\n"
+    # an account's link in place of a directory, to a root-only one: not followed
+    closed = shared_tmp / "root-only"
+    closed.mkdir(mode=0o700)
+    (sticky / "dir").symlink_to(closed)
+    os.lchown(sticky / "dir", NOBODY, NOBODY)
+    with pytest.raises(OSError, match="symbolic link of uid"):
+        session.save_answers(sticky / "dir" / "answers.toml")
+    assert list(closed.iterdir()) == []
+
     fresh = sticky / "answers.toml"
     session.save_answers(fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    assert fresh.read_text() == session.answers.to_toml()
+    session.save_answers(fresh)  # again: replaces root's own file
     assert fresh.read_text() == session.answers.to_toml()
