@@ -21,7 +21,7 @@ from steps.recipes import ExtensionRecipe
 
 HEADER = "torch/include/ATen/ATen.h"
 # ATen.h's first lines: `#if !defined(_MSC_VER) && __cplusplus < 201703L` then this line
-# (torch 2.4-2.13 with C++17, 2.14 and 2.15 with C++20; tests/fixtures/cxx/ has them as read).
+# (torch 2.4-2.13 with C++17, 2.14 and 2.15 with C++20; tests/fixtures/pypi/cxx/ has them as read).
 _HEADER_ERROR = re.compile(
     r"^\s*#\s*error\s+C\+\+(\d+) or later compatible compiler is required to use ATen", re.M
 )
