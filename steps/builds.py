@@ -47,7 +47,7 @@ from steps.wheels import BUILD_ROOT, publish, tree_name
 log = logging.getLogger("mlsetup.builds")
 
 OOM_RETRIES = 2
-SETUP_PY_LIMIT = 4 * MiB  # flash-attn 2.8.3.post2's setup.py is 58 KB
+SETUP_PY_LIMIT = 4 * MiB  # flash-attn 2.8.3.post2's setup.py is 25 KB
 
 
 class ExtensionBuilds:
@@ -255,10 +255,13 @@ class ExtensionBuilds:
         if needs is None:
             return []
         recipe = target.recipe
-        source = action.argv[-1]
+        source = action.argv[-1]  # what `pip wheel` builds: the unpacked tree, or the recipe's
+        # own source directory, which is where the recipe says (as _check_source reads it)
+        mine = recipe.requirement_for(target.answer.version) == source
+        local = Path(source) if mine else self.run.fs.path(source)
         passes, where = recipe.compile_as_cxx, "the recipe's compile_as_cxx"
         if passes is None:
-            passes, where = self._setup_standard(source), f"-std in {source}/setup.py"
+            passes, where = self._setup_standard(local), f"-std in {source}/setup.py"
         if passes is None:
             passes, where = recipe.cxx_standard, "the recipe's cxx_standard"
         if passes is None or passes >= needs:
@@ -266,19 +269,19 @@ class ExtensionBuilds:
         name, version = target.answer.name, target.answer.version
         torch = venv.version_of("torch") if venv else None
         return [
-            f"{self.run.choices.venv_path}/.../{HEADER}: #error C++{needs} or later compatible "
-            "compiler is required to use ATen.",
+            f"torch {torch}'s {HEADER}: #error C++{needs} or later compatible compiler is "
+            "required to use ATen.",
             f"mlsetup: {name} {version} builds with C++{passes} ({where}), but torch {torch} "
             f"in {self.run.choices.venv_path} requires C++{needs} ({HEADER}): every file "
             "including torch would stop at that #error, so the compile was not started "
             "(ninja never ran)",
         ]
 
-    def _setup_standard(self, source: str) -> int | None:
+    def _setup_standard(self, source: Path) -> int | None:
         """The C++ standard the source's setup.py passes (read as root: bounded, no link
         followed), None when it passes none or cannot be read."""
         try:
-            fd = open_dir(self.run.fs.path(source))
+            fd = open_dir(source)
             try:
                 text = read_bounded("setup.py", SETUP_PY_LIMIT, dir_fd=fd)
             finally:
