@@ -312,6 +312,7 @@ class ExtensionBuilds:
             return {
                 "PYTORCH_NVCC": f"{target.cuda_home}/bin/nvcc",
                 "PATH": action.env["PATH"].replace(ninja_path(target.recipe), "", 1),
+                **({"CXX": "c++"} if target.recipe.compile_as_cxx else {}),
             }
         return {}
 

@@ -64,6 +64,7 @@ RESERVED_VARIABLES = frozenset(
         "MFLAGS",
         "GNUMAKEFLAGS",
         "PYTORCH_NVCC",
+        "CXX",
         "HOME",
         "USER",
         "LOGNAME",
