@@ -255,7 +255,7 @@ def check_torch_bounds(answers: Answers) -> None:
         older = f" (torch {below[0]}, the newest whose headers accept it)" if below else ""
         raise InputError(
             f"{key}: {'; '.join(b.why for b in bounds)} (torch's ATen.h stops with \"#error "
-            f"C++{bound.needs} or later compatible compiler is required to use ATen.\"), so "
+            f'C++{bound.needs} or later compatible compiler is required to use ATen."), so '
             f"{bound.extension} cannot be built against that torch. What would work: "
             f'torch.version = "<{bound.series}"{older}, or {_newer_cxx_release(bound)}'
         )

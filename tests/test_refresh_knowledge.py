@@ -232,7 +232,8 @@ def test_the_cxx20_move_is_reported_from_the_recorded_lines_against_the_knowledg
     before = dataclasses.replace(
         k,
         torch=dataclasses.replace(
-            k.torch, releases=tuple(dataclasses.replace(r, cxx_standard=17) for r in k.torch.releases)
+            k.torch,
+            releases=tuple(dataclasses.replace(r, cxx_standard=17) for r in k.torch.releases),
         ),
         extensions={n: dataclasses.replace(r, cxx_standard=None) for n, r in k.extensions.items()},
     )
@@ -242,18 +243,30 @@ def test_the_cxx20_move_is_reported_from_the_recorded_lines_against_the_knowledg
     header = "torch/include/ATen/ATen.h in https://pypi.org/packages/packages/"
     assert any(
         line.startswith("torch 2.14: 2.14.1's ATen.h requires C++20 (line 5 of " + header)
-        and line.endswith("/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl); "
-                          "assets/torch.toml says cxx_standard = 17")
+        and line.endswith(
+            "/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl); "
+            "assets/torch.toml says cxx_standard = 17"
+        )
         for line in out
     ), out
-    assert any(line.startswith("torch 2.15: 2.15.0's ATen.h requires C++20 (line 9 of ") for line in out)
+    assert any(
+        line.startswith("torch 2.15: 2.15.0's ATen.h requires C++20 (line 9 of ") for line in out
+    )
     assert not any(line.startswith(("torch 2.13:", "torch 2.4:")) for line in out)
     new = [line for line in out if line.startswith("new incompatibility: ")]
     assert len(new) == 6  # three recipes x torch 2.14 and 2.15
-    flash = next(line for line in new if "flash-attn 2.8.3.post2 cannot be built against torch 2.14" in line)
-    assert "(2.14.1): its setup.py passes -std=c++17 (line 201 of flash_attn-2.8.3.post2/setup.py in " in flash
+    flash = next(
+        line for line in new if "flash-attn 2.8.3.post2 cannot be built against torch 2.14" in line
+    )
+    assert (
+        "(2.14.1): its setup.py passes -std=c++17 (line 201 of flash_attn-2.8.3.post2/setup.py in "
+        in flash
+    )
     assert "torch 2.14.1's ATen.h requires C++20 (line 5 of torch/include/ATen/ATen.h in " in flash
-    assert any(line.startswith("mamba-ssm 2.3.2.post1 cannot", 21) and "torch 2.15 (2.15.0)" in line for line in new)
+    assert any(
+        line.startswith("mamba-ssm 2.3.2.post1 cannot", 21) and "torch 2.15 (2.15.0)" in line
+        for line in new
+    )
     assert any(
         line.startswith("causal-conv1d 1.7.0: its setup.py passes -std=c++17 (line 209 of ")
         and line.endswith("; assets/extensions.toml says cxx_standard = None")

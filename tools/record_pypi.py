@@ -377,7 +377,9 @@ def main() -> int:
         rec.merge(recorder.recording)
         added = {(r["stack"], r["python"]) for r in results}
         kept = [
-            r for r in rec.manifest.get("uv_pip_compile", []) if (r["stack"], r["python"]) not in added
+            r
+            for r in rec.manifest.get("uv_pip_compile", [])
+            if (r["stack"], r["python"]) not in added
         ]
         manifest["uv_pip_compile"] = [*kept, *results]
         manifest["merged"] = [*rec.manifest.get("merged", []), manifest["recorded"]]

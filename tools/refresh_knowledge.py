@@ -269,8 +269,11 @@ class PypiLines:
         data = self.fetch(str(sdist["url"]))
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and
-                              m.name.endswith("/setup.py") and m.isfile())
+                member = next(
+                    m
+                    for m in tar.getmembers()
+                    if m.name.count("/") == 1 and m.name.endswith("/setup.py") and m.isfile()
+                )
                 extracted = tar.extractfile(member)
                 text = extracted.read().decode("utf-8", "replace") if extracted else ""
         except (tarfile.TarError, StopIteration, OSError):
@@ -451,7 +454,9 @@ def findings(
         out += recipe_findings(name, recipe.package, recipe.checked, seen[recipe.package])
     if reader is not None:
         read = {} if lines is None else lines
-        out += cxx_findings(seen["torch"], seen, reader, read, [] if unchecked is None else unchecked)
+        out += cxx_findings(
+            seen["torch"], seen, reader, read, [] if unchecked is None else unchecked
+        )
     return out
 
 
