@@ -377,3 +377,26 @@ def test_a_torch_pinned_past_what_flash_attn_builds_with_is_exit_2_naming_both(s
     message = refused(server, pypi, trap, ["torch==2.15.0"], torch=FLASH_ATTN)
     assert message.startswith('mlsetup: input error (answers): torch.packages "torch==2.15.0": ')
     assert "torch >= 2.14 needs C++20" in message and 'torch.version = "<2.14"' in message
+
+
+def test_a_lock_handed_over_with_a_torch_flash_attn_cannot_build_against_is_exit_2(
+    server, pypi, trap
+):
+    """venv.lock is a pin too: a lock of torch 2.15.0 with flash-attn asked for is refused at
+    plan, naming the lock, the extension and what would work."""
+    summary = lock(server, pypi, trap, ["transformers", "accelerate", "nvtx"])
+    assert summary["torch"] == "2.15.0"
+    handed = server.root / "srv/stack.lock"
+    handed.parent.mkdir(parents=True)
+    shutil.copy(server.base / "stack.lock", handed)
+    answers(server, [], torch=FLASH_ATTN, venv='lock = "/srv/stack.lock"')
+    run = server.mlsetup(
+        "plan", "--facts", str(RTX), "--answers", str(server.answers), **env(pypi, trap)
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert "venv.lock '/srv/stack.lock' does not fit this machine: its torch is 2.15.0, and " in (
+        message
+    )
+    assert "flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20" in message
+    assert 'torch.version = "<2.14"' in message and "Traceback" not in run.stderr

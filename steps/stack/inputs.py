@@ -20,10 +20,9 @@ from steps.choices import (
     choose_python,
     choose_torch,
     driver_is_kept,
-    torch_bounds,
     torch_cuda,
 )
-from steps.cxxstd import TorchBound
+from steps.cxxstd import TorchBound, torch_bounds
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.stack.index import configured, index_args, per_build_index
