@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from steps.buildtools import CXX, NINJA_DIR, NVCC, TOOLS, check_root_only, keep_ninja_log
+from steps.buildtools import (
+    CXX,
+    NINJA_DIR,
+    NVCC,
+    TOOLS,
+    check_root_only,
+    keep_ninja_log,
+    tool_env,
+    tools_of,
+)
+from steps.cxxstd import build_standard, torch_bound
 from steps.errors import InputError
 from steps.jobserver import Jobserver
 from steps.recipes import parse_recipes
@@ -579,3 +589,22 @@ def test_a_real_nvcc_through_the_wrapper_compiles_a_cxx17_build_as_cxx20(cxx20_h
     assert "#error C++20 or later compatible compiler is required to use ATen." in refused.stderr
     built = _compile(NVCC, cxx20_headers, "ext.cu", MLSETUP_CXX_STD="20")
     assert built.returncode == 0, built.stderr
+
+
+def test_compile_as_cxx_opts_into_mlsetups_compilers_and_lifts_the_bound():
+    base = (FIXTURES / "archext.toml").read_text().replace("@SOURCE@", "/src")
+    plain = parse_recipes((base + "cxx_standard = 17\n").encode(), "x.toml")["archext"]
+    opted = parse_recipes((base + "cxx_standard = 17\ncompile_as_cxx = 20\n").encode(), "x.toml")[
+        "archext"
+    ]
+    env = tool_env(plain, "archext", "0.1.0", ["9.0"], "13.0")
+    assert "CXX" not in env and "MLSETUP_CXX_STD" not in env  # never by default
+    env = tool_env(opted, "archext", "0.1.0", ["9.0"], "13.0")
+    assert env["CXX"] == str(CXX) and env["MLSETUP_CXX_STD"] == "20"
+    assert env["PYTORCH_NVCC"] == str(NVCC) and CXX in tools_of(opted)
+    needs = {"2.13": 17, "2.14": 20}
+    bound = torch_bound("archext", "0.1.0", build_standard(plain), needs)
+    assert bound is not None and bound.spec == "torch<2.14"
+    assert torch_bound("archext", "0.1.0", build_standard(opted), needs) is None
+    with pytest.raises(InputError, match=re.escape("archext.compile_as_cxx")):
+        parse_recipes((base + 'compile_as_cxx = "20"\n').encode(), "x.toml")
