@@ -18,6 +18,7 @@ Every refusal names the cause uv reports (steps.stack.uvfailure) and the index i
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -54,6 +55,7 @@ from steps.stack.uvfailure import (
 )
 
 RunCommand = Callable[[Action], Result | None]
+_TORCH_PIN = re.compile(r"^torch==(\d+\.\d+)", re.M)
 # The torch family follows torch: never "the package that decided torch"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
 
@@ -349,8 +351,8 @@ class Resolution:
         if probe.text is not None:
             # a newer torch fits the packages: the extensions' builds kept it out, or nothing did
             # (uv preferred this one)
-            fits = parse_pins(probe.text).versions.get("torch", "")
-            series = ".".join(Version(fits).public.split(".")[:2]) if fits else ""
+            fits = _TORCH_PIN.search(probe.text)  # only its version is read from the probe
+            series = ".".join(fits.group(1).split(".")[:2]) if fits else ""
             kept = [b.extension for b in self.inputs.bounds if series and b.excludes(series)]
             return tuple(dict.fromkeys(kept))
         names = [canonicalize_name(n) for n in torch_dependents(probe.result.tail)]
