@@ -8,6 +8,9 @@ named by the build environment:
   architectures in `MLSETUP_CUDA_ARCHS` (the GPUs present), so an extension whose setup.py
   hard-codes its own list (causal-conv1d, mamba-ssm) compiles for this machine alone. A recipe
   opts out with `arch_trim = false`.
+- with a recipe's `compile_as_cxx` (opt-in), `CXX` = assets/buildtools/cxx and that nvcc replace
+  setup.py's -std with the newer standard the recipe says its sources compile as
+  (`MLSETUP_CXX_STD`).
 - assets/buildtools/bin/, on PATH before the venv's bin directory, holds a `ninja` that orders
   build.ninja longest object first, balanced over the governor's job slots, and execs the venv's
   ninja (assets/buildtools/order_ninja.py). Its expected times come from the tree's own
@@ -38,6 +41,7 @@ from steps.wheels import BUILD_ROOT, build_dir
 
 TOOLS = Path(str(resources.files("assets"))) / "buildtools"
 NVCC = TOOLS / "nvcc"
+CXX = TOOLS / "cxx"  # the host compiler's -std, for a recipe's compile_as_cxx
 NINJA_DIR = TOOLS / "bin"
 NINJA_LOG_LIMIT = 16 * MiB  # flash-attn's has 73 lines of ~200 bytes
 
@@ -69,6 +73,10 @@ def tool_env(
         env["MLSETUP_CUDA_ARCHS"] = cuda_archs(recipe, ccs)
         if cuda and Version(cuda) >= Version(knowledge().cuda.split_compile_min):
             env["MLSETUP_NVCC_SPLIT"] = "1"  # the threads of targets dropped, to the one left
+    if recipe.compile_as_cxx:  # opt-in: setup.py's -std replaced, in CUDA and host compiles
+        env["PYTORCH_NVCC"] = str(NVCC)
+        env["CXX"] = str(CXX)
+        env["MLSETUP_CXX_STD"] = str(recipe.compile_as_cxx)
     if recipe.longest_first:
         env["MLSETUP_OBJECT_LESSONS"] = lessons_log(name, version)
         if recipe.object_profile:
@@ -84,8 +92,10 @@ def ninja_path(recipe: ExtensionRecipe) -> str:
 
 def tools_of(recipe: ExtensionRecipe) -> list[Path]:
     """The files of mlsetup's own that a build of this recipe runs."""
-    return ([NVCC] if recipe.arch_trim else []) + (
-        [NINJA_DIR / "ninja", TOOLS / "order_ninja.py"] if recipe.longest_first else []
+    return (
+        ([NVCC] if recipe.arch_trim or recipe.compile_as_cxx else [])
+        + ([CXX] if recipe.compile_as_cxx else [])
+        + ([NINJA_DIR / "ninja", TOOLS / "order_ninja.py"] if recipe.longest_first else [])
     )
 
 

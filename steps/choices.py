@@ -15,6 +15,7 @@ from packaging.version import Version
 
 from steps.accounts import lookup_account
 from steps.answers import Answers, ExtensionAnswers, unsafe_directory
+from steps.cxxstd import check_torch_bounds, torch_bounds
 from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
@@ -212,7 +213,10 @@ def _same_major(a: str, b: str) -> bool:
 
 
 def _candidate_releases(answers: Answers) -> list[TorchRelease]:
-    releases = list(knowledge().torch.releases)
+    bounds = torch_bounds(answers)
+    releases = [
+        r for r in knowledge().torch.releases if not any(b.excludes(r.series) for b in bounds)
+    ]
     if answers.torch.version == "auto":
         # the newest releases with wheels for the venv's Python (2.15 has none for 3.10)
         return [r for r in releases if answers.venv.python in r.pythons] or releases
@@ -232,6 +236,7 @@ class TorchChoice:
 def choose_torch(facts: Facts, answers: Answers, warnings: list[StepWarning]) -> TorchChoice:
     """The torch build ("auto" = newest build the GPUs and, if kept, the driver run) and release."""
     k = knowledge()
+    check_torch_bounds(answers)
     releases = _candidate_releases(answers)
     if answers.torch.version != "auto" and not releases:
         warnings.append(

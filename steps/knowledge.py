@@ -205,6 +205,7 @@ class TorchRelease:
     pythons: tuple[str, ...]  # CPython versions with Linux wheels on PyPI, "3.12"
     pypi_cuda: str  # the CUDA of PyPI's own Linux wheel (no index URL): "13.0"
     requires_python: str  # the wheels' Requires-Python, ">=3.10"
+    cxx_standard: int = 17  # what its ATen.h requires (steps/cxxstd.py): 20 from 2.14
 
     @property
     def requirement(self) -> str:
@@ -314,6 +315,7 @@ def knowledge() -> Knowledge:
                     pythons=tuple(r.pythons),
                     pypi_cuda=r.pypi_cuda,
                     requires_python=r.requires_python,
+                    cxx_standard=r.cxx_standard,
                 )
                 for r in torch.release
             ),

@@ -64,6 +64,7 @@ RESERVED_VARIABLES = frozenset(
         "MFLAGS",
         "GNUMAKEFLAGS",
         "PYTORCH_NVCC",
+        "CXX",
         "HOME",
         "USER",
         "LOGNAME",
@@ -100,6 +101,8 @@ ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
 Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
 Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
 Flag = Annotated[bool, Strict()]  # strict: "no" is no boolean
+# A C++ standard as -std=c++NN names it (steps/cxxstd.py)
+CxxStandard = Annotated[int, Strict(), Field(ge=11, le=29)]
 # What the force switch is set to: setup.py compares it as a string ("TRUE", "1")
 SwitchValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]{1,16}$")]
 # A .ninja_log of one build of the extension, shipped in assets/buildtools/profiles/
@@ -154,6 +157,8 @@ class _Overridable(_Strict):
     arch_trim: Flag | None = None
     longest_first: Flag | None = None
     object_profile: str | None = None
+    cxx_standard: CxxStandard | None = None
+    compile_as_cxx: CxxStandard | None = None
 
     @field_validator("object_profile")
     @classmethod
@@ -334,6 +339,12 @@ class ExtensionRecipe:
     # Python run in the venv after install: imports the extension and makes one tiny call
     smoke_test: str = ""
     checked: str = ""  # the newest release whose setup.py the recipe was checked against
+    # the C++ standard its setup.py passes (-std=c++17: 17), None where not stated; torch
+    # series whose headers need more are out of its reach (steps/cxxstd.py)
+    cxx_standard: int | None = None
+    # opt-in, once a build proved the sources compile so: mlsetup's nvcc and c++ replace
+    # setup.py's -std with this one (None: the build passes what setup.py says)
+    compile_as_cxx: int | None = None
     force_build_value: str = "TRUE"  # flash-attn and the Mamba projects honour only "TRUE"
     measured_build: MeasuredBuild | None = None  # what the Apply confirmation's times scale
     variants: tuple[Variant, ...] = ()

@@ -102,8 +102,14 @@ class LockReport(_Strict):
     build: str = Field(description="the PyTorch build: cpu, cu128, ...")
     python: str = Field(description="the venv's Python (major.minor)")
     platform: str = Field(description="the platform resolved for, e.g. x86_64-manylinux_2_35")
-    decided_by: list[str] = Field(description="the packages that decided the torch version")
-    note: str = Field(description="how the build was settled, when it was not the first choice")
+    decided_by: list[str] = Field(
+        description="the packages that decided the torch version (an extension whose build's "
+        "C++ standard keeps torch below a series, by its recipe's name)"
+    )
+    note: str = Field(
+        description="how the build was settled, when it was not the first choice, and why an "
+        "extension bounds torch (flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20)"
+    )
     packages: dict[str, str] = Field(description="every pinned package: name -> version")
     index: str = Field("", description="the package index it was resolved from")
     sources: list[str] = Field(

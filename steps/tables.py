@@ -114,6 +114,7 @@ class TorchReleaseRow(Table):
     pythons: list[Version2] = Field(min_length=1)
     requires_python: Text
     pypi_cuda: Version2
+    cxx_standard: Annotated[int, Field(ge=11, le=29, strict=True)]
 
     @field_validator("requires_python")
     @classmethod

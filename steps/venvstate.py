@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from steps.cxxstd import HEADER, header_requires
 from steps.rootfs import RootFS
 from steps.safefs import read_bounded, walk
 from steps.units import KiB
@@ -22,6 +23,9 @@ class VenvState:
     python_version: str | None  # "3.12.3" from pyvenv.cfg
     packages: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     torch_cuda: str | None = None  # "13.0", from torch/version.py; None for CPU builds
+    # the C++ standard its torch's headers require (torch/include/ATen/ATen.h's #error line),
+    # None when unknown (no torch, or headers without the line)
+    torch_cxx: int | None = None
 
     def version_of(self, name: str) -> str | None:
         return self.packages.get(canonicalize_name(name))
@@ -49,6 +53,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
         m = _CFG_VERSION.search(cfg or "")
         packages: dict[str, str] = {}
         torch_cuda = None
+        torch_cxx = None
         for site_fd in _site_packages(venv_fd):
             try:
                 for entry in sorted(os.listdir(site_fd)):
@@ -59,6 +64,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
                 if torch_version is not None:
                     cm = _TORCH_CUDA.search(torch_version)
                     torch_cuda = cm.group(1) if cm else None
+                    torch_cxx = header_requires(_read(site_fd, HEADER) or "")
             finally:
                 os.close(site_fd)
     finally:
@@ -68,6 +74,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
         python_version=m.group(1) if m else None,
         packages=packages,
         torch_cuda=torch_cuda,
+        torch_cxx=torch_cxx,
     )
 
 

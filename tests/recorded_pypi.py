@@ -141,6 +141,35 @@ class Recording:
     files: dict[str, bytes] = field(default_factory=dict)
     manifest: dict = field(default_factory=dict)
 
+    @classmethod
+    def read(cls, path: Path) -> Recording:
+        """An archive as `write` left it (its pages already pruned), to add stacks to."""
+        out = cls()
+        with zipfile.ZipFile(path) as zf:
+            for member in zf.namelist():
+                data = zf.read(member)
+                kind, _, name = member.partition("/")
+                if member == "manifest.json":
+                    out.manifest = json.loads(data)
+                elif kind == "projects":
+                    out.pages[name.removesuffix(".json")] = json.loads(data)
+                elif kind == "metadata":
+                    out.metadata[name.removesuffix(".metadata")] = data.decode()
+                elif kind == "files":
+                    out.files[name] = data
+        return out
+
+    def merge(self, new: Recording) -> None:
+        """Add what another recording read: the projects this one lacks, and the metadata and
+        files of the releases its pages list. A project recorded here keeps its page as it was,
+        so the stacks recorded before resolve as they did (a release uploaded since is not
+        added); the new stack resolves among the releases recorded."""
+        for name, page in new.pages.items():
+            self.pages.setdefault(name, page)
+        listed = {f["filename"] for page in self.pages.values() for f in page.get("files", [])}
+        self.metadata.update({k: v for k, v in new.metadata.items() if k in listed})
+        self.files.update({k: v for k, v in new.files.items() if k in listed})
+
     def write(self, path: Path) -> None:
         """Deterministic: sorted members, a fixed date, LZMA-compressed."""
         members: dict[str, bytes] = {"manifest.json": json.dumps(self.manifest, indent=1).encode()}

@@ -5,6 +5,7 @@ compiles where this machine has a CUDA toolkit, the venv's real ninja schedules 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from steps.buildtools import NINJA_DIR, NVCC, TOOLS, check_root_only, keep_ninja_log
+from steps.buildtools import (
+    CXX,
+    NINJA_DIR,
+    NVCC,
+    TOOLS,
+    check_root_only,
+    keep_ninja_log,
+    tool_env,
+    tools_of,
+)
+from steps.cxxstd import build_standard, torch_bound
 from steps.errors import InputError
 from steps.jobserver import Jobserver
 from steps.recipes import parse_recipes
@@ -521,3 +532,79 @@ def test_recipes_name_the_key_of_a_bad_tool_setting():
     )
     assert good["archext"].object_profile == "flash-attn-2.8.3-sm90.ninja_log"
     assert good["archext"].arch_trim and good["archext"].longest_first
+
+
+# -- a recipe's compile_as_cxx: setup.py's -std replaced ----------------------------------------
+
+
+@pytest.fixture
+def cxx20_headers(tmp_path: Path) -> Path:
+    """An include directory with the real first lines of torch 2.15.0's ATen.h (read from the
+    wheel on PyPI: tests/fixtures/pypi/cxx/torch-2.15.0.json) and a file that includes it."""
+    lines = json.loads((FIXTURES / "pypi/cxx/torch-2.15.0.json").read_text())["lines"]
+    aten = tmp_path / "include/ATen/ATen.h"
+    aten.parent.mkdir(parents=True)
+    # its lines up to the #endif of the standard's check, and the #endif of the first line's #if
+    # (the real file goes on to include the rest of ATen)
+    head = [lines[str(n)] for n in sorted(map(int, lines))]
+    head = head[: head.index("#endif") + 1]
+    aten.write_text("\n".join(head) + "\n#endif\n")
+    for name in ("ext.cpp", "ext.cu"):
+        (tmp_path / name).write_text("#include <ATen/ATen.h>\nint ext() { return 20; }\n")
+    return tmp_path
+
+
+def _compile(tool: Path, headers: Path, source: str, **env: str) -> subprocess.CompletedProcess:
+    # flash-attn 2.8.3's flags (its setup.py, lines 201 and 220)
+    argv = [str(tool), "-O3", "-std=c++17", "-I", str(headers / "include"), "-c"]
+    argv += [str(headers / source), "-o", str(headers / f"{source}.o")]
+    run_env = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(REAL_CUDA), **env}
+    return subprocess.run(argv, env=run_env, capture_output=True, text=True)
+
+
+def test_mlsetups_cxx_compiles_a_cxx17_build_as_the_standard_the_recipe_opts_into(
+    cxx20_headers: Path,
+):
+    """Without the opt-in the real compiler stops at ATen.h's #error; with compile_as_cxx = 20
+    (MLSETUP_CXX_STD) mlsetup's c++ passes -std=c++20 instead and the file compiles."""
+    refused = _compile(CXX, cxx20_headers, "ext.cpp", MLSETUP_CXX_STD="17")
+    assert refused.returncode != 0
+    assert "#error C++20 or later compatible compiler is required to use ATen." in refused.stderr
+    built = _compile(CXX, cxx20_headers, "ext.cpp", MLSETUP_CXX_STD="20")
+    assert built.returncode == 0, built.stderr
+    assert (cxx20_headers / "ext.cpp.o").stat().st_size > 0
+
+
+def test_mlsetups_nvcc_replaces_the_standard_only_when_the_recipe_opts_in(standin_cuda: Path):
+    argv = ["-O3", "-std=c++17", "--use_fast_math", *gencode("90")]
+    got, _ = wrapped(standin_cuda, "90", *argv)
+    assert got == argv  # not by default
+    got, _ = wrapped(standin_cuda, "90", *argv, MLSETUP_CXX_STD="20")
+    assert got == ["-O3", "-std=c++20", "--use_fast_math", *gencode("90")]
+
+
+@pytest.mark.skipif(not (REAL_CUDA / "bin" / "nvcc").exists(), reason=f"no {REAL_CUDA}/bin/nvcc")
+def test_a_real_nvcc_through_the_wrapper_compiles_a_cxx17_build_as_cxx20(cxx20_headers: Path):
+    refused = _compile(NVCC, cxx20_headers, "ext.cu")
+    assert "#error C++20 or later compatible compiler is required to use ATen." in refused.stderr
+    built = _compile(NVCC, cxx20_headers, "ext.cu", MLSETUP_CXX_STD="20")
+    assert built.returncode == 0, built.stderr
+
+
+def test_compile_as_cxx_opts_into_mlsetups_compilers_and_lifts_the_bound():
+    base = (FIXTURES / "archext.toml").read_text().replace("@SOURCE@", "/src")
+    plain = parse_recipes((base + "cxx_standard = 17\n").encode(), "x.toml")["archext"]
+    opted = parse_recipes((base + "cxx_standard = 17\ncompile_as_cxx = 20\n").encode(), "x.toml")[
+        "archext"
+    ]
+    env = tool_env(plain, "archext", "0.1.0", ["9.0"], "13.0")
+    assert "CXX" not in env and "MLSETUP_CXX_STD" not in env  # never by default
+    env = tool_env(opted, "archext", "0.1.0", ["9.0"], "13.0")
+    assert env["CXX"] == str(CXX) and env["MLSETUP_CXX_STD"] == "20"
+    assert env["PYTORCH_NVCC"] == str(NVCC) and CXX in tools_of(opted)
+    needs = {"2.13": 17, "2.14": 20}
+    bound = torch_bound("archext", "0.1.0", build_standard(plain), needs)
+    assert bound is not None and bound.spec == "torch<2.14"
+    assert torch_bound("archext", "0.1.0", build_standard(opted), needs) is None
+    with pytest.raises(InputError, match=re.escape("archext.compile_as_cxx")):
+        parse_recipes((base + 'compile_as_cxx = "20"\n').encode(), "x.toml")

@@ -26,9 +26,17 @@ from steps.events import (
 )
 from steps.rootfs import RootFS
 from steps.venvstate import probe_venv
-from tests.common import MACHINES, skip_unless_others_reach
-from tests.harness import DRIVER_STEP, SYSTEM_PATH, USER_UID, FakeServer, mode, wait_for
-from tests.wheels import STANDIN_TORCH
+from tests.common import FIXTURES, MACHINES, skip_unless_others_reach
+from tests.harness import (
+    DRIVER_STEP,
+    SYSTEM_PATH,
+    USER_UID,
+    FakeServer,
+    install_extension,
+    mode,
+    wait_for,
+)
+from tests.wheels import STANDIN_TORCH, torch_index
 
 
 def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(server: FakeServer):
@@ -597,3 +605,47 @@ def test_the_engine_logs_its_decisions_root_only_in_the_runs_log_directory(serve
     # and where its time went (issue 24: a second apply under 1.5 s)
     assert " s in this process: " in second and " s for the steps" in second
     assert "decisions.log" not in first.stdout + resumed.stdout + again.stdout
+
+
+# An extension whose setup.py passes -std=c++17, as flash-attn 2.8.3's does (its lines 201 and
+# 220); it leaves a mark beside itself when its build runs at all.
+CXX17_SETUP = """\
+from pathlib import Path
+from setuptools import setup
+
+Path(__file__).with_name("setup-ran").write_text("the build ran")
+CXX_FLAGS = ["-O3", "-std=c++17"]
+setup(name="cxxext", version="0.1.0", packages=["cxxext"])
+"""
+
+
+def test_a_cxx17_build_against_torch_headers_that_need_cxx20_is_refused_before_ninja(
+    server: FakeServer,
+):
+    """The venv's torch carries the real first lines of torch 2.15.0's ATen.h (read from the
+    wheel on PyPI: tests/fixtures/pypi/cxx/torch-2.15.0.json), whose #error needs C++20: the
+    build is refused before it starts, its log says why, and the diagnosis is the one for the
+    compiler's own #error line."""
+    recorded = json.loads((FIXTURES / "pypi/cxx/torch-2.15.0.json").read_text())["lines"]
+    aten = "\n".join(recorded[str(n)] for n in sorted(map(int, recorded))) + "\n#endif\n"
+    server.index = torch_index(
+        server.base / "index-cxx20", files={"torch/include/ATen/ATen.h": aten}
+    )
+    source = install_extension(server, "cxxext", CXX17_SETUP)
+    server.machine.driver_loaded("580.105.08")
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 1, run.stdout + run.stderr
+    failure = server.report()["failure"]
+    assert failure["action"] == "extensions.cxxext.build"
+    assert failure["diagnosis"] == "torch-needs-newer-cxx"
+    assert 'torch.version = "<2.14"' in failure["next"]
+    [log] = (server.root / "var/log/mlsetup").rglob("extensions.cxxext.build.log")
+    assert log.read_text().splitlines() == [
+        f"torch {STANDIN_TORCH}+cu130's torch/include/ATen/ATen.h: #error C++20 or later "
+        "compatible compiler is required to use ATen.",
+        f"mlsetup: cxxext 0.1.0 builds with C++17 (-std in {source}/setup.py), but torch "
+        f"{STANDIN_TORCH}+cu130 in {server.venv} requires C++20 (torch/include/ATen/ATen.h): "
+        "every file including torch would stop at that #error, so the compile was not "
+        "started (ninja never ran)",
+    ]
+    assert not (source / "setup-ran").exists()  # setup.py, let alone ninja, never ran

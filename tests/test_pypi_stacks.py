@@ -343,3 +343,60 @@ def test_offline_the_index_is_unreachable_whatever_uvs_cache_happens_to_hold(
         outputs.append(run.stderr.splitlines())
     assert " ".join(outputs[0]) != " ".join(outputs[1])  # uv says different things
     assert read_failure(outputs[0]) == read_failure(outputs[1]) == Unreachable(None, OFFLINE_DETAIL)
+
+
+FLASH_ATTN = '\n[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\n'
+
+
+def test_flash_attn_keeps_torch_below_the_series_whose_headers_need_cxx20(server, pypi, trap):
+    """flash-attn 2.8.3's setup.py passes -std=c++17; torch 2.14's ATen.h stops with "#error
+    C++20 or later compatible compiler is required to use ATen.": the plan locks torch 2.13,
+    decided by flash-attn, and says why (before: torch 2.15.0, and a compile that fails)."""
+    run = server.mlsetup(
+        "plan", "--facts", str(RTX), "--answers", answers(server, [], torch=FLASH_ATTN),
+        "--json", timeout=600, **env(pypi, trap),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["lock"]["torch"].startswith("2.13.") and plan["lock"]["build"] == "cu130"
+    assert plan["lock"]["decided_by"] == ["flash-attn"]
+    assert plan["lock"]["note"] == "flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20"
+    venv = next(s for s in plan["steps"] if s["name"] == "venv")
+    assert "decided by flash-attn" in venv["reason"] and "needs C++20" in venv["reason"]
+    build = next(a for s in plan["steps"] for a in s["actions"] if a["kind"] == "build")
+    assert build["target"] == "flash-attn"
+
+
+def test_a_torch_pinned_past_what_flash_attn_builds_with_is_exit_2_naming_both(server, pypi, trap):
+    message = refused(server, pypi, trap, [], torch='version = "==2.15.0"' + FLASH_ATTN)
+    assert message.startswith('mlsetup: input error (answers): torch.version = "==2.15.0": ')
+    assert "flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20" in message
+    assert 'What would work: torch.version = "<2.14" (torch 2.13,' in message
+    assert "a release of flash-attn whose build is C++20" in message
+    # the same pin in the packages
+    message = refused(server, pypi, trap, ["torch==2.15.0"], torch=FLASH_ATTN)
+    assert message.startswith('mlsetup: input error (answers): torch.packages "torch==2.15.0": ')
+    assert "torch >= 2.14 needs C++20" in message and 'torch.version = "<2.14"' in message
+
+
+def test_a_lock_handed_over_with_a_torch_flash_attn_cannot_build_against_is_exit_2(
+    server, pypi, trap
+):
+    """venv.lock is a pin too: a lock of torch 2.15.0 with flash-attn asked for is refused at
+    plan, naming the lock, the extension and what would work."""
+    summary = lock(server, pypi, trap, ["transformers", "accelerate", "nvtx"])
+    assert summary["torch"] == "2.15.0"
+    handed = server.root / "srv/stack.lock"
+    handed.parent.mkdir(parents=True)
+    shutil.copy(server.base / "stack.lock", handed)
+    answers(server, [], torch=FLASH_ATTN, venv='lock = "/srv/stack.lock"')
+    run = server.mlsetup(
+        "plan", "--facts", str(RTX), "--answers", str(server.answers), **env(pypi, trap)
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert "venv.lock '/srv/stack.lock' does not fit this machine: its torch is 2.15.0, and " in (
+        message
+    )
+    assert "flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20" in message
+    assert 'torch.version = "<2.14"' in message and "Traceback" not in run.stderr

@@ -1,10 +1,13 @@
 """tools/refresh_knowledge.py against PyPI's JSON as recorded on 2026-12-01 (tests/fixtures/pypi/:
 the real responses for torch, flash-attn, causal-conv1d and mamba-ssm, trimmed to the fields the
-tool reads: Linux wheel file names, requires_python, upload time, yanked)."""
+tool reads: Linux wheel file names, requires_python, upload time, yanked) and the lines it read
+on 2026-12-03 from the files on PyPI (tests/fixtures/pypi/cxx/: the first lines of each torch
+series' ATen.h, the -std lines of each recipe's setup.py, with the file's URL and sha256)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -38,7 +41,8 @@ def fetcher(responses: dict[str, dict]):
 
 
 def run(responses, capsys) -> tuple[int, list[str]]:
-    code = refresh_knowledge.main(["--pypi", PYPI], fetch=fetcher(responses))
+    argv = ["--pypi", PYPI, "--lines", str(RECORDED / "cxx")]
+    code = refresh_knowledge.main(argv, fetch=fetcher(responses))
     return code, capsys.readouterr().out.splitlines()
 
 
@@ -159,7 +163,8 @@ def test_a_package_without_a_recorded_answer_is_a_finding_and_record_writes_it(
         },
     }
     code = refresh_knowledge.main(
-        ["--pypi", PYPI, "--record", str(answers)], fetch=fetcher(responses)
+        ["--pypi", PYPI, "--record", str(answers), "--lines", str(RECORDED / "cxx")],
+        fetch=fetcher(responses),
     )
     assert capsys.readouterr().out.splitlines()[0] == f"recorded {answers / 'unrecorded-ext.json'}"
     assert code == 0
@@ -177,8 +182,8 @@ def test_a_package_without_a_recorded_answer_is_a_finding_and_record_writes_it(
         "unrecorded-ext-0.0.35-cp39-abi3-manylinux_2_28_x86_64.whl",
     ]
     assert set(mine["releases"]["0.0.35"][0]) == set(refresh_knowledge.FILE_FIELDS)
-    for p in RECORDED.iterdir():  # the recorded answers stay as they were
-        assert (answers / p.name).read_bytes() == p.read_bytes()
+    for p in RECORDED.rglob("*.json"):  # the recorded answers stay as they were
+        assert (answers / p.relative_to(RECORDED)).read_bytes() == p.read_bytes()
     code, out = run(recorded(answers), capsys)  # the new answer replays: nothing to report
     assert code == 0, out
 
@@ -215,3 +220,64 @@ def test_the_tool_runs_as_a_script_without_a_network(tmp_path):
     )
     assert out.returncode == 3, out.stdout + out.stderr
     assert "cannot read PyPI, nothing was checked" in out.stdout and not out.stderr
+
+
+def test_the_cxx20_move_is_reported_from_the_recorded_lines_against_the_knowledge_before_it(
+    capsys, monkeypatch
+):
+    """assets/ as they were before torch 2.14's ATen.h moved to C++20 (every series C++17, no
+    recipe stating its standard; the tool said "assets/ agree with PyPI"): the recorded lines
+    of the real files make each incompatibility a finding, with where it was read."""
+    k = knowledge()
+    before = dataclasses.replace(
+        k,
+        torch=dataclasses.replace(
+            k.torch,
+            releases=tuple(dataclasses.replace(r, cxx_standard=17) for r in k.torch.releases),
+        ),
+        extensions={n: dataclasses.replace(r, cxx_standard=None) for n, r in k.extensions.items()},
+    )
+    monkeypatch.setattr(refresh_knowledge, "knowledge", lambda: before)
+    code, out = run(recorded(), capsys)
+    assert code == 1
+    header = "torch/include/ATen/ATen.h in https://pypi.org/packages/packages/"
+    assert any(
+        line.startswith("torch 2.14: 2.14.1's ATen.h requires C++20 (line 5 of " + header)
+        and line.endswith(
+            "/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl); "
+            "assets/torch.toml says cxx_standard = 17"
+        )
+        for line in out
+    ), out
+    assert any(
+        line.startswith("torch 2.15: 2.15.0's ATen.h requires C++20 (line 9 of ") for line in out
+    )
+    assert not any(line.startswith(("torch 2.13:", "torch 2.4:")) for line in out)
+    new = [line for line in out if line.startswith("new incompatibility: ")]
+    assert len(new) == 6  # three recipes x torch 2.14 and 2.15
+    flash = next(
+        line for line in new if "flash-attn 2.8.3.post2 cannot be built against torch 2.14" in line
+    )
+    assert (
+        "(2.14.1): its setup.py passes -std=c++17 (line 201 of flash_attn-2.8.3.post2/setup.py in "
+        in flash
+    )
+    assert "torch 2.14.1's ATen.h requires C++20 (line 5 of torch/include/ATen/ATen.h in " in flash
+    assert any(
+        line.startswith("mamba-ssm 2.3.2.post1 cannot", 21) and "torch 2.15 (2.15.0)" in line
+        for line in new
+    )
+    assert any(
+        line.startswith("causal-conv1d 1.7.0: its setup.py passes -std=c++17 (line 209 of ")
+        and line.endswith("; assets/extensions.toml says cxx_standard = None")
+        for line in out
+    )
+
+
+def test_a_recipe_whose_build_opts_into_cxx20_has_no_incompatibility(capsys, monkeypatch):
+    k = knowledge()
+    flash = dataclasses.replace(k.extensions["flash-attn"], compile_as_cxx=20)
+    now = dataclasses.replace(k, extensions={**k.extensions, "flash-attn": flash})
+    monkeypatch.setattr(refresh_knowledge, "knowledge", lambda: now)
+    code, out = run(recorded(), capsys)
+    assert code == 0, out

@@ -24,9 +24,14 @@ STANDIN_TORCH = _auto_torch()  # e.g. "2.15.0"
 
 
 def torch_index(
-    root: Path, version: str = STANDIN_TORCH, build: str = "cu130", cuda: str | None = "13.0"
+    root: Path,
+    version: str = STANDIN_TORCH,
+    build: str = "cu130",
+    cuda: str | None = "13.0",
+    files: dict[str, str] | None = None,
 ) -> Path:
-    """A local package index (uv --index-url DIR) with a stand-in torch of that build."""
+    """A local package index (uv --index-url DIR) with a stand-in torch of that build (and
+    `files`, such as its torch/include/ATen/ATen.h)."""
     wheel = build_wheel(
         root / "torch",
         "torch",
@@ -35,6 +40,7 @@ def torch_index(
             # FAKE: the stack smoke test (assets/smoke_stack.py) says it is a stand-in
             "torch/__init__.py": f"__version__ = '{version}+{build}'\nFAKE = True\n",
             "torch/version.py": f"__version__ = '{version}+{build}'\ncuda = {cuda!r}\n",
+            **(files or {}),
         },
     )
     href = wheel.name.replace("+", "%2B")

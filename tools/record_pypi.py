@@ -15,6 +15,10 @@ uv is run with builds allowed (an sdist's metadata may need one), so as an ordin
 run the tool as one, or as root with --as-user NAME.
 
     python tools/record_pypi.py [--as-user NAME] [--mlsetup] [--only NAME] [--upstream URL]
+        [--merge]
+
+`--merge` adds what the stacks recorded now read to the archive as it is, instead of replacing
+it: a new stack (`--only NAME`) is recorded without changing what the others resolve to.
 
 `--coverage` instead measures, over the projects of the recorded copy, how many have a Linux
 x86_64 wheel for each CPython in their newest release (the table in assets/pythons.toml).
@@ -279,6 +283,9 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="record only this stack (repeatable)")
     parser.add_argument("--out", type=Path, default=ARCHIVE)
     parser.add_argument("--coverage", action="store_true", help="measure wheel coverage only")
+    parser.add_argument(
+        "--merge", action="store_true", help="add to the archive instead of replacing it"
+    )
     args = parser.parse_args()
     if args.coverage:
         return coverage(Upstream(args.upstream), args.out)
@@ -354,7 +361,7 @@ def main() -> int:
     finally:
         server.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    recorder.recording.manifest = {
+    manifest = {
         "recorded": time.strftime("%Y-%m-%d"),
         "upstream": args.upstream,
         "platform": PLATFORM,
@@ -364,8 +371,23 @@ def main() -> int:
         "uv_pip_compile": results,
         "refused_large_files": sorted(set(recorder.refused)),
     }
-    recorder.recording.write(args.out)
     rec = recorder.recording
+    if args.merge:
+        rec = Recording.read(args.out)
+        rec.merge(recorder.recording)
+        added = {(r["stack"], r["python"]) for r in results}
+        kept = [
+            r
+            for r in rec.manifest.get("uv_pip_compile", [])
+            if (r["stack"], r["python"]) not in added
+        ]
+        manifest["uv_pip_compile"] = [*kept, *results]
+        manifest["merged"] = [*rec.manifest.get("merged", []), manifest["recorded"]]
+        manifest["recorded"] = rec.manifest.get("recorded", manifest["recorded"])
+        refused = {*rec.manifest.get("refused_large_files", []), *recorder.refused}
+        manifest["refused_large_files"] = sorted(refused)
+    rec.manifest = manifest
+    rec.write(args.out)
     print(
         f"record_pypi: {len(rec.pages)} projects, {len(rec.metadata)} metadata files, "
         f"{len(rec.files)} whole files -> {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)"
@@ -452,11 +474,17 @@ def run_mlsetup(stack: dict, python: str, index: str, work: Path, env: dict, acc
     facts_file.write_text(json.dumps(facts))
     answers = work / f"answers-{stack['name']}-{python}.toml"
     torch = stack.get("torch", {})
+    # a stack of extensions asks for them; its packages are what they add to the resolution
+    packages = [] if stack.get("extensions") else stack["packages"]
     answers.write_text(
         "version = 1\n[venv]\n"
         f'python = "{stack.get("venv_python", "auto")}"\n[torch]\n'
-        f"packages = {json.dumps(stack['packages'])}\n"
+        f"packages = {json.dumps(packages)}\n"
         + "".join(f'{k} = "{v}"\n' for k, v in torch.items())
+        + "".join(
+            f'[[extensions]]\nname = "{e["name"]}"\nversion = "{e["version"]}"\n'
+            for e in stack.get("extensions", [])
+        )
     )
     full = {**env, "UV_DEFAULT_INDEX": index, "PYTHONPATH": str(REPO)}
     if account:

@@ -7,36 +7,56 @@ extension recipes and prints, one finding per line:
 - torch release series on PyPI that assets/torch.toml does not list (with what to fill in),
 - for each listed series, the Python versions its newest patch release ships Linux wheels for
   (cpXY tags) and its Requires-Python, where they differ from torch.toml,
-- for each recipe, releases newer than the one its setup.py was checked against (`checked`).
+- for each recipe, releases newer than the one its setup.py was checked against (`checked`),
+- every recipe x every torch series on PyPI: the C++ standard the series' ATen.h requires (read
+  from its newest release's wheel with HTTP range requests, no whole download) against the one
+  the recipe's setup.py passes (read from the sdist of its `checked` release), and the Python
+  tags of the series' wheels against the sdist's Requires-Python: each incompatibility
+  assets/ do not already know is printed with the lines it comes from (steps/cxxstd.py reads
+  them the way the planner and the build's guard do).
 
 Nothing is changed: a person reads the sources the findings point to and edits assets/ with a
 source comment. A recipe whose package PyPI does not have (404) is a finding, not the end of the
 check. Exit status: 0 nothing to change, 1 findings, 3 PyPI could not be read.
 
 `--record DIR` also writes PyPI's answer for each project DIR has none for, trimmed to what the
-tool reads, as DIR/NAME.json: a new recipe's response for tests/test_refresh_knowledge.py is
+tool reads, as DIR/NAME.json, and the header and setup.py lines it read as DIR/cxx/NAME-VERSION
+.json (with the file's URL and sha256): a new recipe's response for tests/test_refresh_knowledge.py
+is
 
     python tools/refresh_knowledge.py --record tests/fixtures/pypi
 
     python tools/refresh_knowledge.py [--pypi https://pypi.org] [--timeout 20] [--record DIR]
+        [--lines DIR]
+
+`--lines DIR` reads the header and setup.py lines from DIR/NAME-VERSION.json (as --record wrote
+them) instead of the files on PyPI.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import re
 import sys
+import tarfile
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps.knowledge import knowledge
+from steps.cxxstd import HEADER, header_requires, setup_passes
+from steps.knowledge import ExtensionRecipe, knowledge
 
 EXIT_FINDINGS = 1
 EXIT_UNREACHABLE = 3
@@ -78,6 +98,10 @@ def project(fetch: Fetch, pypi: str, name: str) -> dict:
         raise Unreachable(f"{url}: not JSON (a mirror without PyPI's JSON API?)") from None
     if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
         raise Unreachable(f"{url}: no 'releases' in the answer")
+    for files in data["releases"].values():  # a mirror may answer with relative URLs
+        for f in files or []:
+            if isinstance(f, dict) and isinstance(f.get("url"), str):
+                f["url"] = urljoin(url, f["url"])
     return data
 
 
@@ -105,8 +129,8 @@ def linux_pythons(files: list[dict]) -> list[str]:
     return [f"{a}.{b}" for a, b in sorted(found)]
 
 
-def torch_findings(data: dict) -> list[str]:
-    known = {r.series: r for r in knowledge().torch.releases}
+def newest_of_each_series(data: dict) -> dict[str, tuple[Version, list[dict]]]:
+    """torch's newest release of each series from OLDEST_SERIES on, oldest series first."""
     newest: dict[str, tuple[Version, list[dict]]] = {}
     for version, files in final_releases(data).items():
         series = f"{version.major}.{version.minor}"
@@ -114,8 +138,14 @@ def torch_findings(data: dict) -> list[str]:
             series not in newest or version > newest[series][0]
         ):
             newest[series] = (version, files)
+    return dict(sorted(newest.items(), key=lambda kv: Version(kv[0])))
+
+
+def torch_findings(data: dict) -> list[str]:
+    known = {r.series: r for r in knowledge().torch.releases}
+    newest = newest_of_each_series(data)
     out = []
-    for series, (version, files) in sorted(newest.items(), key=lambda kv: Version(kv[0])):
+    for series, (version, files) in newest.items():
         pythons = linux_pythons(files)
         requires = sorted({str(f.get("requires_python") or "") for f in files} - {""})
         uploaded = min(str(f.get("upload_time", ""))[:10] for f in files)
@@ -162,8 +192,256 @@ def recipe_findings(name: str, package: str, checked: str, data: dict) -> list[s
     return []
 
 
-def findings(fetch: Fetch, pypi: str, answers: dict[str, dict] | None = None) -> list[str]:
-    """The findings; `answers`, when given, gets PyPI's answer for each project read."""
+# -- C++ standards and Python tags: every recipe x every torch series ----------------------
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Lines of one file inside a distribution on PyPI: the distribution's URL and sha256, the
+    file's path in it, and the lines read, by number."""
+
+    url: str
+    sha256: str
+    file: str
+    lines: dict[int, str]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines[n] for n in sorted(self.lines))
+
+    def cite(self, pattern: str) -> str:
+        """Where the first line matching `pattern` is: "line 5 of FILE in URL"."""
+        number = next((n for n in sorted(self.lines) if re.search(pattern, self.lines[n])), None)
+        where = f"line {number} of " if number is not None else ""
+        return f"{where}{self.file} in {self.url}"
+
+    def as_json(self) -> dict:
+        lines = {str(n): t for n, t in sorted(self.lines.items())}
+        return {"url": self.url, "sha256": self.sha256, "file": self.file, "lines": lines}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Lines:
+        lines = {int(n): str(t) for n, t in data["lines"].items()}
+        return cls(str(data["url"]), str(data["sha256"]), str(data["file"]), lines)
+
+
+class LineReader(Protocol):
+    """Where the header and setup.py lines come from: PyPI, or lines recorded from it."""
+
+    def header(self, version: str, files: list[dict]) -> Lines | None: ...
+
+    def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None: ...
+
+
+ERROR_LINE = r"#\s*error C\+\+"  # the line of ATen.h that states its standard
+HEADER_LINES = 12  # ATen.h states its standard in its first lines (line 5 to 9 so far)
+SDIST_LIMIT = 64 * 1024 * 1024  # flash-attn 2.8.3.post2's sdist is 8.5 MB
+
+
+class PypiLines:
+    """The lines as PyPI's files have them: a wheel's ATen.h through HTTP range requests (the
+    zip's directory and one member, not the 900 MB wheel), an sdist's setup.py whole."""
+
+    def __init__(self, fetch: Fetch, timeout: float) -> None:
+        self.fetch = fetch
+        self.timeout = timeout
+
+    def header(self, version: str, files: list[dict]) -> Lines | None:
+        wheel = _linux_wheel(files)
+        if wheel is None or "url" not in wheel:
+            return None
+        from record_pypi import BLOCK, RemoteFile, Upstream  # the range reader uv's way
+
+        url, size = str(wheel["url"]), int(wheel["size"])
+        try:
+            remote = io.BufferedReader(RemoteFile(Upstream("", self.timeout), url, size), BLOCK)
+            with zipfile.ZipFile(remote) as zf:
+                text = zf.read(HEADER).decode("utf-8", "replace")
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile, urllib.error.URLError) as exc:
+            raise Unreachable(f"{url}: {HEADER}: {exc}") from None
+        lines = dict(enumerate(text.splitlines()[:HEADER_LINES], 1))
+        return Lines(url, _sha256(wheel), HEADER, lines)
+
+    def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None:
+        sdist = next((f for f in files if str(f.get("filename", "")).endswith(".tar.gz")), None)
+        if sdist is None or "url" not in sdist or int(sdist.get("size") or 0) > SDIST_LIMIT:
+            return None
+        data = self.fetch(str(sdist["url"]))
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                member = next(
+                    m
+                    for m in tar.getmembers()
+                    if m.name.count("/") == 1 and m.name.endswith("/setup.py") and m.isfile()
+                )
+                extracted = tar.extractfile(member)
+                text = extracted.read().decode("utf-8", "replace") if extracted else ""
+        except (tarfile.TarError, StopIteration, OSError):
+            return None
+        found = {n: t for n, t in enumerate(text.splitlines(), 1) if setup_passes(t) is not None}
+        return Lines(str(sdist["url"]), hashlib.sha256(data).hexdigest(), member.name, found)
+
+
+class RecordedLines:
+    """The lines as --record wrote them (DIR/NAME-VERSION.json); None for a file not recorded."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _read(self, name: str) -> Lines | None:
+        path = self.directory / f"{name}.json"
+        return Lines.from_json(json.loads(path.read_text())) if path.exists() else None
+
+    def header(self, version: str, files: list[dict]) -> Lines | None:
+        return self._read(f"torch-{version}")
+
+    def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None:
+        return self._read(f"{package}-{version}")
+
+
+def _linux_wheel(files: list[dict]) -> dict | None:
+    """A release's Linux x86_64 CPython wheel, cp312's when there is one (all carry the same
+    headers)."""
+    wheels = [
+        f
+        for f in files
+        if WHEEL_PYTHON.search(str(f.get("filename", ""))) and "x86_64" in f["filename"]
+    ]
+    wheels.sort(key=lambda f: "-cp312-" not in f["filename"])
+    return wheels[0] if wheels else None
+
+
+def _sha256(file: dict) -> str:
+    return str((file.get("digests") or {}).get("sha256", ""))
+
+
+@dataclass(frozen=True)
+class SeriesHeader:
+    series: str
+    version: Version
+    needs: int
+    lines: Lines
+
+
+def cxx_findings(
+    torch: dict,
+    packages: dict[str, dict],
+    reader: LineReader,
+    read: dict[str, Lines],
+    unchecked: list[str],
+) -> list[str]:
+    """Every recipe x every torch series on PyPI: the C++ standard against the series' ATen.h
+    and the sdist's Requires-Python against the series' Python tags; what assets/ lack or do
+    not know. `read` gets the lines read, by NAME-VERSION; `unchecked` what could not be."""
+    k = knowledge()
+    known = {r.series: r for r in k.torch.releases}
+    error = ERROR_LINE
+    out: list[str] = []
+    headers: list[SeriesHeader] = []
+    pythons: dict[str, list[str]] = {}
+    for series, (version, files) in newest_of_each_series(torch).items():
+        pythons[series] = linux_pythons(files)
+        lines = reader.header(str(version), files)
+        if lines is None:
+            unchecked.append(f"torch {series}: {version}'s {HEADER} could not be read")
+            continue
+        read[f"torch-{version}"] = lines
+        needs = header_requires(lines.text)
+        if needs is None:
+            out.append(
+                f"torch {series}: {version}'s {HEADER} has no `#error C++NN or later` line "
+                f"({lines.file} in {lines.url}): read how it states its standard"
+            )
+            continue
+        headers.append(SeriesHeader(series, version, needs, lines))
+        if series in known and known[series].cxx_standard != needs:
+            out.append(
+                f"torch {series}: {version}'s ATen.h requires C++{needs} ({lines.cite(error)}); "
+                f"assets/torch.toml says cxx_standard = {known[series].cxx_standard}"
+            )
+        elif series not in known:
+            out.append(
+                f"torch {series}: its [[release]] in assets/torch.toml gets cxx_standard = "
+                f"{needs} ({lines.cite(error)})"
+            )
+    for name, recipe in k.extensions.items():
+        data = packages.get(recipe.package)
+        if data is None or not recipe.checked:
+            continue
+        files = final_releases(data).get(Version(recipe.checked), [])
+        setup = reader.setup_py(recipe.package, recipe.checked, files)
+        if setup is None:
+            unchecked.append(f"{name} {recipe.checked}: its sdist's setup.py could not be read")
+        else:
+            read[f"{recipe.package}-{recipe.checked}"] = setup
+        out += _recipe_against_series(name, recipe, files, headers, pythons, setup)
+    return out
+
+
+def _recipe_against_series(
+    name: str,
+    recipe: ExtensionRecipe,
+    files: list[dict],
+    headers: list[SeriesHeader],
+    pythons: dict[str, list[str]],
+    setup: Lines | None,
+) -> list[str]:
+    known = {r.series: r.cxx_standard for r in knowledge().torch.releases}
+    label = f"{name} {recipe.checked}"
+    out = []
+    passes = None
+    if setup is not None:
+        passes = setup_passes(setup.text)
+        if passes != recipe.cxx_standard:
+            says = f"-std=c++{passes}" if passes else "no -std"
+            out.append(
+                f"{label}: its setup.py passes {says} ({setup.cite(r'std[=:]')}); "
+                f"assets/extensions.toml says cxx_standard = {recipe.cxx_standard}"
+            )
+    builds = recipe.compile_as_cxx or passes
+    for h in headers:
+        # known: the recipe states the standard it builds with and torch.toml this series' need
+        stated = recipe.compile_as_cxx or recipe.cxx_standard
+        bounded = stated is not None and stated < known.get(h.series, 0)
+        if builds is not None and builds < h.needs and not bounded:
+            assert setup is not None
+            out.append(
+                f"new incompatibility: {label} cannot be built against torch {h.series} "
+                f"({h.version}): its setup.py passes -std=c++{builds} "
+                f"({setup.cite(r'std[=:]')}), torch {h.version}'s ATen.h requires "
+                f"C++{h.needs} ({h.lines.cite(ERROR_LINE)})"
+            )
+    requires = sorted({str(f.get("requires_python") or "") for f in files} - {""})
+    for h in headers:
+        tags = pythons.get(h.series, [])
+        if requires and tags and not any(_admits(requires[0], p) for p in tags):
+            out.append(
+                f"new incompatibility: {label} requires Python {requires[0]} (its sdist on PyPI),"
+                f" torch {h.series} has wheels only for {', '.join(tags)}"
+            )
+    return out
+
+
+def _admits(spec: str, python: str) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return Version(f"{python}.0") in SpecifierSet(spec)
+    except InvalidSpecifier:
+        return True
+
+
+def findings(
+    fetch: Fetch,
+    pypi: str,
+    answers: dict[str, dict] | None = None,
+    reader: LineReader | None = None,
+    lines: dict[str, Lines] | None = None,
+    unchecked: list[str] | None = None,
+) -> list[str]:
+    """The findings; `answers`, when given, gets PyPI's answer for each project read, `lines`
+    the header and setup.py lines read (by NAME-VERSION), `unchecked` the files that could not
+    be (a recorded run without them: what they would say is not known, nothing to change)."""
     seen = {} if answers is None else answers
     seen["torch"] = project(fetch, pypi, "torch")
     out = torch_findings(seen["torch"])
@@ -174,6 +452,11 @@ def findings(fetch: Fetch, pypi: str, answers: dict[str, dict] | None = None) ->
             out.append(f"{name}: {exc}: is the recipe's package = {recipe.package!r} right?")
             continue
         out += recipe_findings(name, recipe.package, recipe.checked, seen[recipe.package])
+    if reader is not None:
+        read = {} if lines is None else lines
+        out += cxx_findings(
+            seen["torch"], seen, reader, read, [] if unchecked is None else unchecked
+        )
     return out
 
 
@@ -196,14 +479,21 @@ def _kept(file: object) -> bool:
     return name.endswith((".tar.gz", ".zip")) or (name.endswith(".whl") and "linux" in name)
 
 
-def record(answers: dict[str, dict], directory: Path) -> list[Path]:
-    """DIR/NAME.json for each project read that DIR has no answer for (the others stay as
-    they were recorded: tests compare against them)."""
+def record(answers: dict[str, dict], directory: Path, lines: dict[str, Lines]) -> list[Path]:
+    """DIR/NAME.json for each project read that DIR has no answer for, and DIR/cxx/NAME-VERSION
+    .json for the lines read that it lacks (the others stay as they were recorded: tests
+    compare against them)."""
     written = []
     for name, data in answers.items():
         path = directory / f"{name}.json"
         if not path.exists():
             path.write_text(json.dumps(trimmed(data), indent=0, sort_keys=True) + "\n")
+            written.append(path)
+    for name, read in lines.items():
+        path = directory / "cxx" / f"{name}.json"
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(json.dumps(read.as_json(), indent=1) + "\n")
             written.append(path)
     return written
 
@@ -217,21 +507,32 @@ def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
     parser.add_argument(
         "--record", type=Path, metavar="DIR", help="write the answers DIR lacks as DIR/NAME.json"
     )
+    parser.add_argument(
+        "--lines", type=Path, metavar="DIR", help="header and setup.py lines as recorded in DIR"
+    )
     args = parser.parse_args(argv)
     answers: dict[str, dict] = {}
+    read: dict[str, Lines] = {}
+    unchecked: list[str] = []
+    fetch = fetch or http_fetch(args.timeout)
+    reader = RecordedLines(args.lines) if args.lines else PypiLines(fetch, args.timeout)
     try:
-        found = findings(fetch or http_fetch(args.timeout), args.pypi, answers)
+        found = findings(fetch, args.pypi, answers, reader, read, unchecked)
     except (Unreachable, NotOnPypi) as exc:  # NotOnPypi here: torch itself, a mirror's gap
         print(f"refresh_knowledge: cannot read PyPI, nothing was checked: {exc}")
         return EXIT_UNREACHABLE
-    for path in record(answers, args.record) if args.record else []:
+    for path in record(answers, args.record, read) if args.record else []:
         print(f"recorded {path}")
     for line in found:
         print(line)
+    for line in unchecked:
+        print(f"not checked: {line}")
     if not found:
         print(
             "assets/ agree with PyPI: no new torch series, Python tags and Requires-Python "
-            "match, every recipe was checked against the newest release"
+            "match, every recipe was checked against the newest release, and every recipe x "
+            "torch series pair is as assets/ say (C++ standard, Python tags)"
+            + (" where its files were read (not checked: above)" if unchecked else "")
         )
     return EXIT_FINDINGS if found else 0
 

@@ -10,12 +10,22 @@ from packaging.specifiers import SpecifierSet
 
 from steps.answers import Answers
 from steps.choices import driver_is_kept, has_python, release_of, venv_owner
+from steps.cxxstd import torch_bounds
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.stack.lock import Lock, cuda_of_pins, platform_for
 
 ProblemKind = Literal[
-    "platform", "python", "build", "no-gpu", "kernels", "driver", "sources", "version", "cuda"
+    "platform",
+    "python",
+    "build",
+    "no-gpu",
+    "kernels",
+    "driver",
+    "sources",
+    "version",
+    "cuda",
+    "cxx",
 ]
 
 
@@ -113,4 +123,15 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[Problem]:
                 "cuda", f"its torch is the {lock.build} build; torch.cuda is {answers.torch.cuda!r}"
             )
         )
+    series = ".".join(lock.torch.split("+")[0].split(".")[:2])
+    for bound in torch_bounds(answers):
+        if bound.excludes(series):
+            out.append(
+                Problem(
+                    "cxx",
+                    f"its torch is {lock.torch}, and {bound.why}: a lock resolved for these "
+                    f'extensions (torch < {bound.series}) would work, or torch.version = "<'
+                    f'{bound.series}"',
+                )
+            )
     return out

@@ -22,6 +22,7 @@ from steps.choices import (
     driver_is_kept,
     torch_cuda,
 )
+from steps.cxxstd import TorchBound, torch_bounds
 from steps.facts import Facts
 from steps.knowledge import knowledge
 from steps.stack.index import configured, index_args, per_build_index
@@ -41,6 +42,13 @@ class StackInputs:
     builds: list[str]
     configured: str | None
     key: str
+    # what the extensions' builds allow of torch (their C++ against its headers'): each one's
+    # "torch<2.14" is a constraint of every resolution but the probe for who decided torch
+    bounds: tuple[TorchBound, ...] = ()
+
+    @property
+    def bound_constraints(self) -> list[str]:
+        return [b.spec for b in self.bounds]
 
 
 def requirement_name(req: str) -> str:
@@ -144,8 +152,10 @@ def stack_inputs(
     builds = builds_to_try(facts, answers)
     builds = builds if per_build else builds[:1]
     constraints = torch_range(answers, per_build)
+    bounds = tuple(torch_bounds(answers))
     python = python_choice(facts, answers)
     python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version
     index_used = index_args(answers, builds[0], index) + ([] if builds_allowed else ["--no-build"])
-    key = input_key([*reqs, *constraints], python_key, platform, builds, index_used)
-    return StackInputs(reqs, constraints, python, platform, builds, index, key)
+    every = [*reqs, *constraints, *(b.spec for b in bounds)]
+    key = input_key(every, python_key, platform, builds, index_used)
+    return StackInputs(reqs, constraints, python, platform, builds, index, key, bounds)

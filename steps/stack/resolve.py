@@ -18,6 +18,7 @@ Every refusal names the cause uv reports (steps.stack.uvfailure) and the index i
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -54,6 +55,7 @@ from steps.stack.uvfailure import (
 )
 
 RunCommand = Callable[[Action], Result | None]
+_TORCH_PIN = re.compile(r"^torch==(\d+\.\d+)", re.M)
 # The torch family follows torch: never "the package that decided torch"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
 
@@ -128,6 +130,7 @@ class _Ask:
     constraints: tuple[str, ...] = ()
     builds: bool = True
     offline: bool = False
+    unbounded: bool = False  # without the extensions' bounds on torch (StackInputs.bounds)
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ class Resolution:
     def _compile(self, ask: _Ask, build: str) -> _Compiled:
         """One `uv pip compile` in a fresh sandbox."""
         files = {"requirements.in": "\n".join(ask.requirements) + "\n"}
-        every = [*self.inputs.constraints, *ask.constraints]
+        bounds = [] if ask.unbounded else self.inputs.bound_constraints
+        every = [*self.inputs.constraints, *bounds, *ask.constraints]
         if every:
             files["constraints.txt"] = "\n".join(every) + "\n"
         with _sandbox(self.resolver.account, files) as box:
@@ -305,12 +309,14 @@ class Resolution:
         problems = [p for p in lock_problems(self.facts, self.answers, lock) if p.kind != "python"]
         if problems:
             raise InputError(self.refuse.unrunnable(lock, problems))
-        note = ""
+        notes = []
         if attempts.notes:
-            note = "; ".join([*attempts.notes, f"{locked} has torch {lock.torch}"])
+            notes = [*attempts.notes, f"{locked} has torch {lock.torch}"]
         decided = tuple(dict.fromkeys(attempts.pinned_by)) or self._decider(
             pins, build, python.version
         )
+        bounds = [b for b in self.inputs.bounds if b.extension in decided]
+        note = "; ".join([*notes, *(b.why for b in bounds)])
         sources = self._sources(pins, build, python.version) if self.resolver.builds else ()
         return replace(lock, decided_by=decided, note=note, sources=sources)
 
@@ -336,12 +342,19 @@ class Resolution:
             "probe.txt",
             tuple(held),
             offline=True,  # the pins' metadata is in the cache: only a newer torch's may not be
+            # the extensions' bounds aside: when only they keep the newer torch out, they decided
+            unbounded=True,
         )
         probe = self._compile(ask, build)
         if probe.text is None and _from_cache_only(probe.result):
             probe = self._compile(replace(ask, offline=False), build)
         if probe.text is not None:
-            return ()  # a newer torch fits as well: uv preferred this one, nothing refused it
+            # a newer torch fits the packages: the extensions' builds kept it out, or nothing did
+            # (uv preferred this one)
+            fits = _TORCH_PIN.search(probe.text)  # only its version is read from the probe
+            series = ".".join(fits.group(1).split(".")[:2]) if fits else ""
+            kept = [b.extension for b in self.inputs.bounds if series and b.excludes(series)]
+            return tuple(dict.fromkeys(kept))
         names = [canonicalize_name(n) for n in torch_dependents(probe.result.tail)]
         return tuple(dict.fromkeys(n for n in names if n not in followers))
 
