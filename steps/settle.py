@@ -109,6 +109,7 @@ class StackSettler:
             Notice(
                 text=f"stack lock: torch {lock.torch} ({lock.build}) for Python {lock.python}"
                 f"{decided}; {len(lock.packages)} packages pinned with hashes, from {lock.index}"
+                f"{lock.held_back_text}"
             )
         )
         if not self.run.req.dry_run:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from steps.activate import cuda_home_of
 from steps.rootfs import RootFS
 from steps.safefs import read_bounded, walk
 from steps.units import KiB
@@ -22,6 +23,7 @@ class VenvState:
     python_version: str | None  # "3.12.3" from pyvenv.cfg
     packages: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     torch_cuda: str | None = None  # "13.0", from torch/version.py; None for CPU builds
+    cuda_home: str | None = None  # what mlsetup's block in bin/activate exports (steps.activate)
 
     def version_of(self, name: str) -> str | None:
         return self.packages.get(canonicalize_name(name))
@@ -61,6 +63,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
                     torch_cuda = cm.group(1) if cm else None
             finally:
                 os.close(site_fd)
+        cuda_home = cuda_home_of(_read(venv_fd, "bin/activate"))
     finally:
         os.close(venv_fd)
     return VenvState(
@@ -68,6 +71,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
         python_version=m.group(1) if m else None,
         packages=packages,
         torch_cuda=torch_cuda,
+        cuda_home=cuda_home,
     )
 
 

@@ -63,6 +63,8 @@ class Lock:
     index: str = ""  # where it was resolved from, as the messages name it
     sources: tuple[str, ...] = ()  # "name version" of the pins that have no wheel: built at sync
     python_reason: str = ""  # why this Python, when mlsetup chose it ("auto")
+    # requested packages locked in an older series than their newest, and what holds each back
+    held_back: tuple[str, ...] = ()
 
     @property
     def torch(self) -> str:
@@ -81,8 +83,14 @@ class Lock:
             "index": self.index,
             "sources": list(self.sources),
             "python_reason": self.python_reason,
+            "held_back": list(self.held_back),
         }
         return HEADER + json.dumps(meta, sort_keys=True) + "\n"
+
+    @property
+    def held_back_text(self) -> str:
+        """The packages below their newest, as the plan, the notices and `mlsetup lock` say it."""
+        return f"; below their newest: {'; '.join(self.held_back)}" if self.held_back else ""
 
     def file_text(self) -> str:
         return self.header() + self.text
@@ -99,6 +107,7 @@ class Lock:
             "index": self.index,
             "sources": list(self.sources),
             "python_reason": self.python_reason,
+            "held_back": list(self.held_back),
             "packages": dict(sorted(self.packages.items())),
         }
 
@@ -266,6 +275,7 @@ def load_lock(text: str, origin: str, fix: str = "sudo mlsetup lock") -> Lock:
         index=str(meta.get("index") or ""),
         sources=tuple(str(d) for d in meta.get("sources") or ()),
         python_reason=str(meta.get("python_reason") or ""),
+        held_back=tuple(str(d) for d in meta.get("held_back") or ()),
         **fields,
     )
 

@@ -209,3 +209,17 @@ def torch_dependents(output: list[str]) -> list[str]:
         for m in _DEPENDS.finditer(_cause(output))
         if canonicalize_name(m.group(3)) == "torch"
     ]
+
+
+def dependencies(output: list[str]) -> list[tuple[str, str, str, str]]:
+    """Each "X==1 depends on Y>=2" of uv's explanation, in order: (X's canonical name, its
+    specifier, Y's canonical name, Y's specifier)."""
+    return [
+        (canonicalize_name(m.group(1)), m.group(2), canonicalize_name(m.group(3)), m.group(4))
+        for m in _DEPENDS.finditer(_cause(output))
+    ]
+
+
+def explanation(output: list[str], limit: int = 400) -> str:
+    """uv's own explanation of a failed resolution, its last `limit` characters."""
+    return _cause(output)[-limit:]
