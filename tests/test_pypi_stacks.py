@@ -343,3 +343,34 @@ def test_offline_the_index_is_unreachable_whatever_uvs_cache_happens_to_hold(
         outputs.append(run.stderr.splitlines())
     assert " ".join(outputs[0]) != " ".join(outputs[1])  # uv says different things
     assert read_failure(outputs[0]) == read_failure(outputs[1]) == Unreachable(None, OFFLINE_DETAIL)
+
+
+def test_the_lock_of_a_large_set_does_not_depend_on_its_order(server, pypi, trap):
+    """The forty, torchaudio and flash-attn (its build and run-time requirements), in three
+    orders, one with the torch family first: one lock. The family follows torch (an unpinned
+    torchvision decided first pinned torch to its newest, and vllm walked back to a release
+    that accepted it), and a requested package below its newest is explained."""
+    stack = [*FORTY, "torchaudio"]
+    orders = [stack, stack[::-1], sorted(stack, key=lambda n: (not n.startswith("torch"), n))]
+    extension = '[[extensions]]\nname = "flash-attn"\nversion = "2.8.3.post2"\n'
+    locks = []
+    for packages in orders:
+        answers(server, packages)
+        server.answers.write_text(server.answers.read_text() + extension)
+        out = server.base / "stack.lock"
+        run = server.mlsetup(
+            "lock", "--facts", str(RTX), "--answers", str(server.answers), "-o", str(out),
+            "--json", timeout=900, **env(pypi, trap),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        locks.append(json.loads(run.stdout))
+    assert locks[0] == locks[1] == locks[2]
+    summary = locks[0]
+    torch = summary["torch"]
+    assert summary["packages"]["einops"] and summary["packages"]["ninja"]  # flash-attn's
+    newest_vllm = "0.33.0"  # the newest the recorded copy has (it requires torch==2.14.0)
+    vllm = summary["packages"]["vllm"]
+    assert vllm == newest_vllm or any(h.startswith(f"vllm {vllm} ") for h in summary["held_back"])
+    if vllm == newest_vllm:
+        assert torch == "2.14.0" and summary["decided_by"] == ["vllm"]
+        assert summary["packages"]["torchvision"] == "0.29.0"  # the one vllm 0.33.0 names

@@ -58,16 +58,17 @@ Ask = Callable[[Probe], Answer]
 @dataclass(frozen=True)
 class HeldBack:
     """`package` locks `locked` where its newest release is `newest`; `holders`: the requirements
-    uv names against the newest ("vllm==0.33.0 requires transformers<5.21")."""
+    uv names against the newest ("vllm==0.33.0 requires transformers>=5.16.1,<5.21.0")."""
 
     package: str
     locked: str
     newest: str
     holders: tuple[str, ...] = ()
+    resolves: bool = False  # the newest resolves too with the others as locked
 
     def text(self) -> str:
         head = f"{self.package} {self.locked} (newest {self.newest})"
-        if self.holders:
+        if not self.resolves:
             return f"{head}: held back by {'; '.join(self.holders)}"
         return (
             f"{head}: {self.package} {self.newest} resolves too with the other packages as "
@@ -107,16 +108,17 @@ def below(spec: str, torch: str) -> bool:
 
 
 def holders_of(package: str, output: list[str]) -> tuple[str, ...]:
-    """From uv's explanation of why `package`'s newest (`package==X` asked) cannot be had: the
-    other side of each dependency it has on the same thing, and the input's own requirement on
-    one ("you require torch==2.15.0": the answers' torch.version)."""
+    """From uv's explanation of why `package`'s newest (`package==X` asked) cannot be had: what
+    requires `package` otherwise ("vllm==0.33.0 depends on transformers<5.21"), the other side
+    of each dependency it has on the same thing, and the input's own requirement on one of its
+    dependencies ("you require torch==2.15.0": the answers' torch.version)."""
     deps = dependencies(output)
     name = canonicalize_name(package)
     mine = {dep for who, _, dep, _ in deps if who == name}
     found = [
         f"{who}{version} requires {dep}{spec}"
         for who, version, dep, spec in deps
-        if who != name and dep in mine
+        if who != name and (dep == name or dep in mine)
     ]
     text = " ".join(line.strip() for line in output)
     for who, version, dep, spec in deps:
@@ -211,7 +213,7 @@ class Scan:
         self.pinned.append(f"{name}=={newest}")
         answer = self.ask(
             Probe(
-                f"venv.resolve-with-newest-{name}",
+                f"venv.resolve-check-with-newest-{name}",
                 f"Resolve the stack with {name} {newest}, its newest",
                 self.requirements,
                 tuple(self.pinned),
@@ -240,7 +242,9 @@ class Scan:
                 (f"{name}=={newest}", *others),
             )
         )
-        holders = () if answer.text is not None else holders_of(name, answer.output)
+        if answer.text is not None:
+            return HeldBack(name, pins[name], newest, resolves=True)
+        holders = holders_of(name, answer.output) or (f"uv: {explanation(answer.output)}",)
         return HeldBack(name, pins[name], newest, holders)
 
 

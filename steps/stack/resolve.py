@@ -46,6 +46,7 @@ from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
 from steps.stack.lock import MAX_LOCK_BYTES, Lock, Pins, build_of_pins, parse_requirements
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.uvfailure import (
+    OFFLINE_MARKERS,
     Failure,
     NeedsBuild,
     NoPythonWheel,
@@ -200,8 +201,10 @@ class Resolution:
     # -- uv runs ------------------------------------------------------------------------------
 
     def _probe(self, probe: Probe, build: str, python: str) -> Answer:
-        """A question about the resolved stack, from uv's cache first (the resolution just
-        fetched nearly all of it), from the index for what the cache lacks."""
+        """A question about the resolved stack. From the index (uv's cache keeps it cheap): an
+        offline resolution takes what the cache happens to hold and can "succeed" with a release
+        older than the index's newest; only the newest releases alone (`no_deps`, which needs
+        the pages the resolution just fetched) are asked of the cache first."""
         ask = _Ask(
             probe.action,
             probe.title,
@@ -209,7 +212,7 @@ class Resolution:
             probe.requirements,
             "probe.txt",
             probe.constraints,
-            offline=True,
+            offline=probe.no_deps,
             no_deps=probe.no_deps,
         )
         compiled = self._compile(ask, build)
@@ -434,7 +437,7 @@ def _cache_of(account: Account, sandbox: Path) -> str:
 
 def _from_cache_only(result: Result) -> bool:
     """An offline run that needed something uv's cache lacks."""
-    return any("network was disabled" in line for line in result.tail)
+    return any(marker in line for line in result.tail for marker in OFFLINE_MARKERS)
 
 
 def _lacking(failure: Failure) -> str:

@@ -32,7 +32,7 @@ _NO_PYTHON_WHEEL = re.compile(
 )
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
-_OFFLINE = ("network was disabled", "not found in the cache")
+OFFLINE_MARKERS = ("network was disabled", "not found in the cache")
 OFFLINE_DETAIL = (
     "uv runs offline (UV_OFFLINE or --offline) and its cache lacks what the stack needs"
 )
@@ -132,7 +132,7 @@ def read_failure(output: list[str], local: bool = False) -> Failure:
     text = " ".join(line.strip() for line in output)
     cause = _cause(output) or text[-600:]
     solving = "No solution found" in text
-    offline = not local and any(marker in text for marker in _OFFLINE)
+    offline = not local and any(marker in text for marker in OFFLINE_MARKERS)
     if not solving or offline:
         if m := _BUILD_FAILED.search(text):
             return BuildFailed(m.group(1), m.group(2), cause[-900:])
