@@ -342,8 +342,7 @@ def stack_check(choices: Choices, venv: VenvState | None, packages: list[str]) -
             *(["--lock", SHARED_LOCK] if lock else []),
             "--imports",
             *imports,
-            "--packages",
-            *packages,
+            *(["--packages", *packages] if packages else []),
         ],
         user=choices.owner.run_as,
     )

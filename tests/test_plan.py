@@ -123,6 +123,7 @@ def test_h200_with_finished_venv_has_nothing_to_do():
         python_version="3.12.3",
         packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3", "ninja": "1.13.2"},
         torch_cuda="13.0",
+        cuda_home="/usr/local/cuda-13.0",  # its activate names torch's toolkit
     )
     lock = Lock(
         text="torch==2.14.1+cu130\nninja==1.13.2\n",
@@ -622,3 +623,26 @@ def test_an_ended_driver_branch_is_named_with_its_end_of_life(tmp_path):
     assert driver.ended(535, date(2026, 6, 30)) is None  # its last month
     assert driver.ended(580, date(2026, 12, 3)) is None
     assert driver.ended(620, date(2029, 10, 1)) == "2029-09"
+
+
+def test_a_venv_whose_activate_lacks_the_toolkit_gets_only_that_written():
+    """The same finished venv, its activate without mlsetup's block (an older mlsetup, or
+    edited): the venv step writes it, as the venv's owner, and nothing else."""
+    venv = VenvState(
+        path="/root/ml-env",
+        python_version="3.12.3",
+        packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
+        torch_cuda="13.0",
+    )
+    lock = Lock(
+        text="torch==2.14.1+cu130\nninja==1.13.2\n",
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+        build="cu130",
+        key="k",
+        packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
+    )
+    step = plan_for(H200, "", venv, lock).step("venv")
+    assert step.status == "pending" and "does not set CUDA_HOME=/usr/local/cuda-13.0" in step.reason
+    (write,) = step.actions
+    assert write.kind == "activate" and write.argv[-2:] == ["/root/ml-env", "/usr/local/cuda-13.0"]

@@ -148,7 +148,13 @@ def other_cuda_major(lock: Lock, major: str) -> list[Problem]:
         library = _LIBRARY_MAJOR.match(name)
         if local and local.group(1) != major:
             what = f"{name} {version} is built for CUDA {local.group(1)}"
-        elif library and library.group(1) != major and (who := _requirers(pins, name)):
+        elif (
+            library
+            and library.group(1) != major
+            # nvidia-cutlass-dsl-libs-cu12 beside -cu13: shipped for both, one picked at run time
+            and name.removesuffix(f"cu{library.group(1)}") + f"cu{major}" not in pins.versions
+            and (who := _requirers(pins, name))
+        ):
             what = f"{', '.join(who)} require{'s' if len(who) == 1 else ''} {name} {version}"
             what += f" (CUDA {library.group(1)})"
         else:
