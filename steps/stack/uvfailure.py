@@ -211,12 +211,24 @@ def torch_dependents(output: list[str]) -> list[str]:
     ]
 
 
+# A whole specifier, every clause of it ("numpy>=1.22,<2.5")
+_SPECS = r"(?:[<>=!~]=?[^\s,]+(?:,[<>=!~]=?[^\s,]+)*)?"
+_DEPENDS_FULL = re.compile(
+    rf"\b({_NAME})({_SPECS}) depends? on ({_NAME})(?:\{{[^}}]*\}})?({_SPECS})(?=[\s,.]|$)"
+)
+
+
 def dependencies(output: list[str]) -> list[tuple[str, str, str, str]]:
-    """Each "X==1 depends on Y>=2" of uv's explanation, in order: (X's canonical name, its
-    specifier, Y's canonical name, Y's specifier)."""
+    """Each "X==1 depends on Y>=2,<3" of uv's explanation, in order: (X's canonical name, its
+    specifier, Y's canonical name, Y's whole specifier)."""
     return [
-        (canonicalize_name(m.group(1)), m.group(2), canonicalize_name(m.group(3)), m.group(4))
-        for m in _DEPENDS.finditer(_cause(output))
+        (
+            canonicalize_name(m.group(1)),
+            m.group(2),
+            canonicalize_name(m.group(3)),
+            m.group(4).rstrip("."),  # the sentence's full stop
+        )
+        for m in _DEPENDS_FULL.finditer(_cause(output))
     ]
 
 
