@@ -12,9 +12,7 @@ build backend its build installs) is kept if it is small. Then it writes tests/f
 pypi-record.zip (tests/recorded_pypi.py: the layout, the pruning, the server).
 
 uv is run with builds allowed (an sdist's metadata may need one), so as an ordinary account:
-run the tool as one, or as root with --as-user NAME. `--merge --only NAME` adds a stack to the
-archive instead of replacing it, PyPI seen as on the day the archive was recorded (files
-uploaded later are left out), so the other stacks resolve as before.
+run the tool as one, or as root with --as-user NAME.
 
     python tools/record_pypi.py [--as-user NAME] [--mlsetup] [--only NAME] [--upstream URL]
 
@@ -52,7 +50,6 @@ from tests.recorded_pypi import (  # noqa: E402
     ARCHIVE,
     SIMPLE_JSON,
     STACKS,
-    Archive,
     Recording,
     strip_metadata,
 )
@@ -140,12 +137,8 @@ def wheel_metadata(upstream: Upstream, url: str, size: int) -> str:
 
 
 class Recorder:
-    """`before`: files uploaded after that day (YYYY-MM-DD) are left out of the pages served, so
-    that a recording added to an older one sees the index as it was that day."""
-
-    def __init__(self, upstream: Upstream, before: str | None = None) -> None:
+    def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        self.before = f"{before}T23:59:59.999999Z" if before else None
         self.recording = Recording()
         self.origin: dict[str, dict] = {}  # file name -> its upstream entry
         self.refused: list[str] = []
@@ -159,10 +152,6 @@ class Recorder:
         if status != 200:
             return 404, b""
         page = json.loads(data)
-        if self.before:
-            page["files"] = [
-                f for f in page["files"] if str(f.get("upload-time") or "") <= self.before
-            ]
         files = []
         with self.lock:
             self.recording.pages[key] = page
@@ -290,12 +279,6 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="record only this stack (repeatable)")
     parser.add_argument("--out", type=Path, default=ARCHIVE)
     parser.add_argument("--coverage", action="store_true", help="measure wheel coverage only")
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="add to the archive at --out (its pages, metadata and files kept; PyPI seen as on "
-        "the day it was recorded) instead of replacing it",
-    )
     args = parser.parse_args()
     if args.coverage:
         return coverage(Upstream(args.upstream), args.out)
@@ -306,9 +289,7 @@ def main() -> int:
     with STACKS.open("rb") as f:
         stacks = [s for s in tomllib.load(f)["stack"] if not args.only or s["name"] in args.only]
 
-    earlier = Archive(args.out) if args.merge else None
-    day = earlier.manifest.get("recorded") if earlier else None
-    recorder = Recorder(Upstream(args.upstream), before=day)
+    recorder = Recorder(Upstream(args.upstream))
     server = ProxyServer(recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     index = f"http://127.0.0.1:{server.server_address[1]}/simple"
@@ -373,10 +354,8 @@ def main() -> int:
     finally:
         server.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    if earlier is not None:
-        results = merge(recorder.recording, earlier, results, [s["name"] for s in stacks])
     recorder.recording.manifest = {
-        "recorded": day or time.strftime("%Y-%m-%d"),
+        "recorded": time.strftime("%Y-%m-%d"),
         "upstream": args.upstream,
         "platform": PLATFORM,
         "uv": subprocess.run(
@@ -392,29 +371,6 @@ def main() -> int:
         f"{len(rec.files)} whole files -> {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)"
     )
     return 0
-
-
-def merge(recording: Recording, earlier: Archive, results: list[dict], stacks: list[str]) -> list:
-    """`recording` with everything of the `earlier` archive it lacks (a project's files are the
-    union of both pages), and the earlier results of the stacks not recorded again."""
-    for member in sorted(earlier.names):
-        data = earlier.read(member) or b""
-        kind, _, name = member.partition("/")
-        if kind == "projects":
-            key = name.removesuffix(".json")
-            old = json.loads(data)
-            new = recording.pages.setdefault(key, old)
-            have = {f["filename"] for f in new.get("files", [])}
-            new["files"] = [
-                *new.get("files", []),
-                *(f for f in old["files"] if f["filename"] not in have),
-            ]
-        elif kind == "metadata":
-            recording.metadata.setdefault(name.removesuffix(".metadata"), data.decode())
-        elif kind == "files":
-            recording.files.setdefault(name, data)
-    kept = [r for r in earlier.manifest.get("uv_pip_compile", []) if r["stack"] not in stacks]
-    return [*kept, *results]
 
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
@@ -501,10 +457,6 @@ def run_mlsetup(stack: dict, python: str, index: str, work: Path, env: dict, acc
         f'python = "{stack.get("venv_python", "auto")}"\n[torch]\n'
         f"packages = {json.dumps(stack['packages'])}\n"
         + "".join(f'{k} = "{v}"\n' for k, v in torch.items())
-        + "".join(
-            f'[[extensions]]\nname = "{name}"\nversion = "{version}"\n'
-            for name, _, version in (e.partition("==") for e in stack.get("extensions", []))
-        )
     )
     full = {**env, "UV_DEFAULT_INDEX": index, "PYTHONPATH": str(REPO)}
     if account:

@@ -20,7 +20,9 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _SPEC = r"(?:[<>=!~]=?[^\s,]+)?"
 _NOT_FOUND = re.compile(rf"\b({_NAME}) was not found in the (?:package registry|cache)")
 _NO_VERSION = re.compile(rf"there is no version of ({_NAME})([<>=!~]=?[^\s,]+)")
-_DEPENDS = re.compile(rf"\b({_NAME})({_SPEC}) depends? on ({_NAME})(?:\{{[^}}]*\}})?({_SPEC})")
+# "X depends on Y{marker}==1" or "Y[extra]==1": uv writes markers in braces, extras in brackets
+_EXTRA = r"(?:\{[^}]*\}|\[[^\]]*\])?"
+_DEPENDS = re.compile(rf"\b({_NAME})({_SPEC}) depends? on ({_NAME}){_EXTRA}({_SPEC})")
 _INCOMPATIBLE = re.compile(
     rf"we can conclude that (?:all versions of )?({_NAME}{_SPEC}) and (?:all versions of )?"
     rf"({_NAME}{_SPEC}) are incompatible"
@@ -181,7 +183,11 @@ def _conflict(cause: str, a: str, b: str) -> Conflict:
     name_a = canonicalize_name(re.split(r"[<>=!~]", a, maxsplit=1)[0])
     name_b = canonicalize_name(re.split(r"[<>=!~]", b, maxsplit=1)[0])
     deps_a, deps_b = wants.get(name_a, {}), wants.get(name_b, {})
-    shared = next((d for d in deps_a if d in deps_b), None)
+    # the first dependency both name, preferring one they pin differently (xgrammar==0.2.8
+    # against ==0.2.7) over one both merely require (humming-kernels, in uv's own words)
+    both = [d for d in deps_a if d in deps_b]
+    differ = [d for d in both if deps_a[d] != deps_b[d]]
+    shared = next(iter(differ or both), None)
     if shared is None:
         return Conflict((a, b), "", ("", ""))
     return Conflict((a, b), shared, (deps_a[shared], deps_b[shared]))
@@ -214,7 +220,7 @@ def torch_dependents(output: list[str]) -> list[str]:
 # A whole specifier, every clause of it ("numpy>=1.22,<2.5")
 _SPECS = r"(?:[<>=!~]=?[^\s,]+(?:,[<>=!~]=?[^\s,]+)*)?"
 _DEPENDS_FULL = re.compile(
-    rf"\b({_NAME})({_SPECS}) depends? on ({_NAME})(?:\{{[^}}]*\}})?({_SPECS})(?=[\s,.]|$)"
+    rf"\b({_NAME})({_SPECS}) depends? on ({_NAME}){_EXTRA}({_SPECS})(?=[\s,.]|$)"
 )
 
 
