@@ -283,6 +283,29 @@ def test_pypi_itself_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(
     assert not list(server.home.rglob("*.whl")), "the resolution downloaded wheels"
 
 
+def test_pypi_itself_the_torch_family_listed_first_follows_the_torch_vllm_decides(
+    server: FakeServer,
+):
+    """Real PyPI, metadata only: unpinned torchvision and torchaudio listed before vllm once
+    pinned torch to torchvision's newest, and vllm walked back to 0.1.2 (2023). Now vllm is at
+    its newest or the plan names what holds it back, and torchvision is the release of the
+    locked torch. Skipped when PyPI cannot be reached."""
+    if why := pypi_reachable():
+        pytest.skip(f"PyPI cannot be reached: {why}")
+    setup(server)
+    write_answers(server, None, ["torchvision", "torchaudio", "vllm"])
+    run = server.mlsetup(
+        "plan", "--answers", str(server.answers), "--json", UV_OFFLINE="0", timeout=900
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lock = json.loads(run.stdout)["lock"]
+    assert lock is not None
+    vllm = lock["packages"]["vllm"]
+    held = [h for h in lock["held_back"] if h.startswith(f"vllm {vllm} ")]
+    assert tuple(map(int, vllm.split(".")[:2])) >= (0, 33) or held, lock["held_back"]
+    assert lock["decided_by"] == ["vllm"]  # not torchvision, not torchaudio
+
+
 def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(server: FakeServer):
     """An offline machine with torch in its venv already (an image): resolving cannot reach the
     index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
