@@ -11,7 +11,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from steps.activate import WRITE
 from steps.answers import Answers
 from steps.choices import Choices
 from steps.facts import Facts
@@ -20,7 +19,7 @@ from steps.plan import Action, Step, pending, satisfied
 from steps.stack.commands import sync_argv
 from steps.stack.index import configured, index_args
 from steps.stack.inputs import requested_names
-from steps.stack.lock import SMOKE_SCRIPT, Lock
+from steps.stack.lock import ACTIVATE_SCRIPT, SMOKE_SCRIPT, Lock
 from steps.venvstate import VenvState
 
 
@@ -140,7 +139,7 @@ def _activate(choices: Choices, home: str) -> Action:
         kind="activate",
         title=f"Set CUDA_HOME={home} (torch's CUDA {choices.cuda}) and its bin on PATH in the "
         "venv's activate scripts",
-        argv=[choices.venv_python, "-c", WRITE, choices.venv_path, home],
+        argv=[choices.venv_python, ACTIVATE_SCRIPT, choices.venv_path, home],
         user=choices.owner.run_as,
     )
 

@@ -35,6 +35,7 @@ STATE_LOCK = "/var/lib/mlsetup/stack.lock"
 SHARED_DIR = "/var/cache/mlsetup/stack"
 SHARED_LOCK = f"{SHARED_DIR}/requirements.txt"
 SMOKE_SCRIPT = f"{SHARED_DIR}/smoke_stack.py"
+ACTIVATE_SCRIPT = f"{SHARED_DIR}/activate_cuda.py"  # steps.activate.WRITE
 # The glibc floor of the distributions mlsetup supports (Ubuntu 22.04 ships glibc 2.35, 24.04
 # 2.39, Debian 12 2.36: https://packages.ubuntu.com/jammy/libc6,
 # https://packages.debian.org/bookworm/libc6): a wheel resolved for it installs on all of them.
