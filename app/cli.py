@@ -201,7 +201,7 @@ def _lock(args: argparse.Namespace, answers: Answers) -> int:
         print(
             f"{args.output}: torch {lock.torch} ({lock.build}) for Python {lock.python} on "
             f"{lock.platform}{decided}; {len(lock.packages)} packages pinned with hashes, from "
-            f"{lock.index}{sources}"
+            f"{lock.index}{sources}{lock.held_back_text}"
         )
     return EXIT_OK
 

@@ -3,16 +3,19 @@
     python smoke_stack.py --torch 2.11.0+cu130 --gpus 1      # what mlsetup runs after the sync
     python smoke_stack.py --cpu                              # gloo on 2 CPU processes
     python smoke_stack.py --recheck --torch 2.11.0+cu130 --cuda 13.0 --lock requirements.txt \
-        --imports flash_attn                                 # ... and after the last extension
+        --imports flash_attn --packages vllm transformers    # ... and after the last extension
 
 torch must import with exactly the locked version and see every GPU; each GPU runs a matmul
 (checked against float64 on the CPU); with more than one GPU, one process per GPU all-reduces
 over NCCL and must get 1 + 2 + ... + N. Without GPUs the same runs on the CPU: 2 processes,
 gloo. `--recheck` (after the extensions, whose own smoke tests ran on the GPUs) runs no kernel:
 torch's version and CUDA build, every package of `--lock` at its locked version, and each of
-`--imports` importing. The last line is `MLSETUP_SMOKE {json}`, which mlsetup puts in
-report.json. Exit 0 only when everything passed. Standard library and torch only: it runs in
-any venv.
+`--imports` importing. `--packages` (the packages asked for, by distribution name): each of their
+top-level modules, read from the installed wheel's metadata (top_level.txt, else RECORD), must
+import after torch (a wheel built for another CUDA major than torch's fails only there), in the
+first run too when no extension follows. The last line is `MLSETUP_SMOKE {json}`, which mlsetup
+puts in report.json. Exit 0 only when everything passed. Standard library and torch only: it
+runs in any venv.
 """
 
 from __future__ import annotations
@@ -57,6 +60,52 @@ def _moved(lock_file: str) -> list[str]:
     return out
 
 
+# Top-level directories some wheels ship by mistake: not the package's own modules.
+_NOT_MODULES = {"test", "tests", "docs", "doc", "examples", "benchmarks", "bin"}
+
+
+def _top_level(name: str) -> list[str]:
+    """The modules a distribution installs at the top level, from its metadata: top_level.txt
+    when the wheel has one, else the first part of each path in RECORD."""
+    dist = importlib.metadata.distribution(name)
+    listed = dist.read_text("top_level.txt")
+    if listed:
+        names = [line.strip() for line in listed.splitlines()]
+    else:
+        names = []
+        for file in dist.files or ():
+            first = file.parts[0]
+            if len(file.parts) > 1 and file.suffix == ".py":
+                names.append(first)
+            elif len(file.parts) == 1 and first.endswith(".py"):
+                names.append(first[: -len(".py")])
+    return sorted(
+        {n for n in names if n.isidentifier() and not n.startswith("__") and n not in _NOT_MODULES}
+    )
+
+
+def _import_packages(packages: list[str], result: dict) -> list[str]:
+    """Import each top-level module of each package; the problems found."""
+    problems = []
+    result["packages"] = {}
+    for name in packages:
+        try:
+            modules = _top_level(name)
+        except importlib.metadata.PackageNotFoundError:
+            result["packages"][name] = "not installed"
+            problems.append(f"{name} is not installed")
+            continue
+        for module in modules:
+            try:
+                importlib.import_module(module)
+                result["packages"][f"{name}: {module}"] = "ok"
+            except Exception as exc:  # reported: which package, which module, why
+                why = f"{type(exc).__name__}: {exc}"
+                result["packages"][f"{name}: {module}"] = why
+                problems.append(f"import {module} (from {name}): {why}")
+    return problems
+
+
 def _recheck(torch, args: argparse.Namespace, result: dict) -> int:
     """After the extensions: nothing moved, everything imports."""
     problems = []
@@ -72,12 +121,14 @@ def _recheck(torch, args: argparse.Namespace, result: dict) -> int:
         except Exception as exc:  # reported: the parent says which import failed and why
             result["imports"][name] = f"{type(exc).__name__}: {exc}"
             problems.append(f"import {name}: {type(exc).__name__}: {exc}")
+    problems += _import_packages(args.packages, result)
     what = f"torch {torch.__version__} (CUDA {result['cuda'] or 'none'})"
     if problems:
         result["summary"] = f"after the extensions, {what}: " + "; ".join(problems)
         return _done(result)
     held = ", every locked version held" if args.lock else ""
-    imported = f", {', '.join(args.imports)} import" if args.imports else ""
+    imported = f", {', '.join([*args.imports, *args.packages])} import"
+    imported = imported if args.imports or args.packages else ""
     result.update(ok=True, summary=f"after the extensions: {what}{held}{imported}")
     return _done(result)
 
@@ -156,6 +207,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cuda", default=None, help="torch.version.cuda must be this ('none')")
     parser.add_argument("--lock", default="", help="a lock whose versions must all hold")
     parser.add_argument("--imports", nargs="*", default=[], help="modules that must import")
+    parser.add_argument(
+        "--packages", nargs="*", default=[], help="distributions whose modules must import"
+    )
     args = parser.parse_args(argv)
     # count GPUs through NVML: the parent never initialises CUDA
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -180,6 +234,9 @@ def main(argv: list[str]) -> int:
     if args.recheck:
         return _recheck(torch, args, result)
     if getattr(torch, "FAKE", False):  # mlsetup's own test stand-in (tests/pkgindex.py)
+        if problems := _import_packages(args.packages, result):
+            result["summary"] = f"torch {torch.__version__} imports, but: " + "; ".join(problems)
+            return _done(result)
         result.update(
             ok=True,
             fake=True,
@@ -211,6 +268,12 @@ def main(argv: list[str]) -> int:
     where = f"{gpus} GPU(s)" if gpus else "the CPU"
     if errors:
         result["summary"] = f"torch {torch.__version__} on {where}: " + "; ".join(errors)
+        return _done(result)
+    problems = _import_packages(args.packages, result)
+    if problems:
+        result["summary"] = f"torch {torch.__version__} on {where} works, but: " + "; ".join(
+            problems
+        )
         return _done(result)
     reduce = f", {backend} all-reduce over {world} processes = {want:g}" if world > 1 else ""
     worst = max(r["matmul_rel_err"] for r in ranks)

@@ -8,6 +8,7 @@ deciding again, so the steps cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
@@ -542,6 +543,26 @@ def _driver_target(
                 "(Grace Hopper and Blackwell) work only with the open kernel modules; "
                 'allowed: "auto" or "open"'
             )
+    only_open = k.driver.open_modules_only_from_branch
+    if modules == "proprietary" and branch >= only_open:
+        chosen = (
+            f"driver.branch = {answers.driver.branch!r}"
+            if answers.driver.branch != "auto"
+            else f"driver branch {branch} (CUDA {cuda} needs it)"
+        )
+        raise InputError(
+            f'driver.modules = "proprietary" with {chosen}: from R{only_open} NVIDIA ships only '
+            f'the open kernel modules; allowed: driver.modules "open" or "auto", or a '
+            f'driver.branch below {only_open} (e.g. "{k.driver.recommended_branch}")'
+        )
+    if end := k.driver.ended(branch, date.today()):
+        warnings.append(
+            StepWarning(
+                "driver",
+                f"driver branch {branch} reached its end of life in {end} (NVIDIA): no more "
+                f"fixes for it; the long-term branch {k.driver.recommended_branch} is supported.",
+            )
+        )
     return branch, modules
 
 

@@ -26,6 +26,7 @@ from steps.facts import Facts
 from steps.plan import Action, Step, pending, satisfied
 from steps.sourcetree import SOURCE
 from steps.stack.index import configured, index_args
+from steps.stack.inputs import requested_names
 from steps.stack.lock import SHARED_DIR, SHARED_LOCK, SMOKE_SCRIPT, Lock
 from steps.venvstate import VenvState
 from steps.wheels import build_dir, wheel_key
@@ -317,10 +318,11 @@ def _source_actions(
 STACK_CHECK = "extensions.stack-check"
 
 
-def stack_check(choices: Choices, venv: VenvState | None) -> Action:
+def stack_check(choices: Choices, venv: VenvState | None, packages: list[str]) -> Action:
     """After the last extension: torch is still the locked one (version and build), every
-    package still at the lock's version, and every extension imports (assets/smoke_stack.py;
-    the GPUs were tried after the sync and by each extension's own smoke test)."""
+    package still at the lock's version, every extension imports, then every one of `packages`
+    (the requested ones) does (assets/smoke_stack.py; the GPUs were tried after the sync and by
+    each extension's own smoke test)."""
     lock = choices.lock
     torch = lock.torch if lock else (venv.version_of("torch") if venv else None) or ""
     imports = [t.recipe.import_name for t in choices.build_targets]
@@ -329,7 +331,7 @@ def stack_check(choices: Choices, venv: VenvState | None) -> Action:
         kind="stack-check",
         title=f"Check the stack after the extensions: torch {torch or '(as installed)'} "
         f"({choices.torch_build}){', every locked version' if lock else ''}, "
-        f"import {', '.join(imports)}",
+        f"import {', '.join([*imports, *packages])}",
         argv=[
             choices.venv_python,
             SMOKE_SCRIPT,
@@ -340,6 +342,7 @@ def stack_check(choices: Choices, venv: VenvState | None) -> Action:
             *(["--lock", SHARED_LOCK] if lock else []),
             "--imports",
             *imports,
+            *(["--packages", *packages] if packages else []),
         ],
         user=choices.owner.run_as,
     )
@@ -377,7 +380,7 @@ def plan(
         return satisfied("extensions", "nothing to build: see the warnings")
     built = [a.target for a in actions if a.kind == "build" and a.target]
     reused = [a.target for a in actions if a.kind == "install-wheel" and a.target]
-    actions.append(stack_check(choices, venv))
+    actions.append(stack_check(choices, venv, requested_names(answers)))
     parts = (
         [f"build {', '.join(built)} against the venv's torch (CUDA {choices.cuda})"]
         if built

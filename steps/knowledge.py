@@ -8,6 +8,7 @@ gives them types. Nothing here decides anything.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -102,8 +103,16 @@ class DriverKnowledge:
     open_modules_default_from_branch: int
     open_modules_required_devices: tuple[str, ...]  # PCI ids: Grace Hopper
     last_branch_before_turing: int
+    open_modules_only_from_branch: int  # from this branch NVIDIA ships no proprietary modules
     recommended_branch: int
+    branch_end_of_life: dict[str, str]  # "535" -> "2026-06"
     mok_key_path: dict[str, str]  # os id -> DKMS's signing certificate
+
+    def ended(self, branch: int, today: date) -> str | None:
+        """The month `branch` reached its end of life ("2026-06"), None while it is supported
+        (or NVIDIA lists no end for it)."""
+        end = self.branch_end_of_life.get(str(branch))
+        return end if end is not None and today.strftime("%Y-%m") > end else None
 
     def mok_key_for(self, os_id: str | None) -> str:
         return self.mok_key_path.get(os_id or "", self.mok_key_path["ubuntu"])

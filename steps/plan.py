@@ -48,6 +48,7 @@ ActionKind = Literal[
     "resolve",  # the stack resolved into one lock
     "create",  # the venv created
     "sync",  # the locked stack installed into the venv
+    "activate",  # the venv's activate scripts set CUDA_HOME to torch's toolkit
     "smoke",  # the stack, or one extension, tried in the venv
     "prerequisites",  # an extension's build requirements
     "source",  # an extension's source downloaded

@@ -117,6 +117,11 @@ class LockReport(_Strict):
         description='pins with no wheel ("name version"), built by the venv\'s owner at the sync',
     )
     python_reason: str = Field("", description='why this Python, when "auto" chose one')
+    held_back: list[str] = Field(
+        default_factory=list,
+        description="requested packages locked in an older series than their newest, each with "
+        "the requirement uv names as holding it back",
+    )
     file: str = Field(description="where root keeps the lock file")
     text: str = Field(description="the lock file, to hand to another host (venv.lock)")
 

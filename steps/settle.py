@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from steps import activate
 from steps.actions import ActionRunner, Execute
 from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
 from steps.choices import choose
@@ -23,6 +24,7 @@ from steps.knowledge import ASSETS_DIR
 from steps.plan import Action
 from steps.runner import Result
 from steps.stack.lock import (
+    ACTIVATE_SCRIPT,
     SHARED_DIR,
     SHARED_LOCK,
     SMOKE_SCRIPT,
@@ -109,6 +111,7 @@ class StackSettler:
             Notice(
                 text=f"stack lock: torch {lock.torch} ({lock.build}) for Python {lock.python}"
                 f"{decided}; {len(lock.packages)} packages pinned with hashes, from {lock.index}"
+                f"{lock.held_back_text}"
             )
         )
         if not self.run.req.dry_run:
@@ -201,11 +204,13 @@ class StackSettler:
 
     def _share_smoke_test(self) -> None:
         """The stack's smoke test where the venv's owner runs it (after the sync, and as the
-        check after the extensions), in a directory only root writes; a venv kept unlocked
-        gets its check after the extensions too."""
+        check after the extensions), and the writer of the venv's activate blocks
+        (steps.activate), in a directory only root writes; a venv kept unlocked gets its check
+        after the extensions too."""
         fs = self.run.fs
         make_shared_dir(fs.path(SHARED_DIR))
         write_atomic(fs.path(SMOKE_SCRIPT), (ASSETS_DIR / "smoke_stack.py").read_text(), mode=0o644)
+        write_atomic(fs.path(ACTIVATE_SCRIPT), activate.WRITE, mode=0o644)
 
     def recorder(self, action: Action) -> Execute | None:
         """For the stack's smoke test (after the sync) and its check after the extensions: run

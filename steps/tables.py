@@ -70,7 +70,13 @@ class DriverTable(Table):
     open_modules_default_from_branch: Branch
     open_modules_required_devices: list[PciId]
     last_branch_before_turing: Branch
+    open_modules_only_from_branch: Branch
     recommended_branch: Branch
+    # branch -> the year and month NVIDIA ends its support
+    branch_end_of_life: dict[
+        Annotated[str, StringConstraints(pattern=r"^[0-9]{3,4}$")],
+        Annotated[str, StringConstraints(pattern=r"^20[0-9]{2}-(0[1-9]|1[0-2])$")],
+    ]
     mok_key_path: dict[str, Annotated[str, StringConstraints(pattern=r"^/")]]
 
     @field_validator("mok_key_path")

@@ -14,10 +14,12 @@ from packaging.version import InvalidVersion, Version
 from steps.answers import Answers
 from steps.choices import Choices
 from steps.facts import Facts
+from steps.knowledge import knowledge
 from steps.plan import Action, Step, pending, satisfied
 from steps.stack.commands import sync_argv
 from steps.stack.index import configured, index_args
-from steps.stack.lock import SMOKE_SCRIPT, Lock
+from steps.stack.inputs import requested_names
+from steps.stack.lock import ACTIVATE_SCRIPT, SMOKE_SCRIPT, Lock
 from steps.venvstate import VenvState
 
 
@@ -115,11 +117,45 @@ def _create(choices: Choices) -> Action:
     )
 
 
+def cuda_home(facts: Facts, choices: Choices) -> str | None:
+    """The toolkit the venv's activate names as CUDA_HOME: the one of torch's CUDA (installed
+    by the toolkit step when missing), else one of the same major the answers install; None
+    for the CPU build."""
+    cuda = choices.cuda
+    if cuda is None:
+        return None
+    if (have := facts.toolkit(cuda)) is not None:
+        return have.path
+    major = cuda.split(".")[0]
+    same = [t for t in choices.toolkits if t == cuda] or [
+        t for t in choices.toolkits if t.split(".")[0] == major
+    ]
+    return knowledge().repo.toolkit_path_for(same[0] if same else cuda)
+
+
+def _activate(choices: Choices, home: str) -> Action:
+    return Action(
+        id="venv.activate",
+        kind="activate",
+        title=f"Set CUDA_HOME={home} (torch's CUDA {choices.cuda}) and its bin on PATH in the "
+        "venv's activate scripts",
+        argv=[choices.venv_python, ACTIVATE_SCRIPT, choices.venv_path, home],
+        user=choices.owner.run_as,
+    )
+
+
+def _activated(home: str | None) -> str:
+    return f"; activate sets CUDA_HOME={home}" if home else ""
+
+
 SMOKE_ACTION = "venv.smoke"
 
 
-def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
+def smoke_action(facts: Facts, choices: Choices, torch: str, packages: list[str]) -> Action:
+    """torch on every GPU, then (when no extension build follows, whose stack check imports
+    them) each requested package's modules."""
     gpus = 0 if choices.cuda is None else len(facts.gpus)
+    imports = [] if choices.build_targets or not packages else ["--packages", *packages]
     return Action(
         id=SMOKE_ACTION,
         kind="smoke",
@@ -132,6 +168,7 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
             *(["--torch", torch] if torch else []),
             "--gpus",
             str(gpus),
+            *imports,
         ],
         user=choices.owner.run_as,
     )
@@ -139,6 +176,8 @@ def smoke_action(facts: Facts, choices: Choices, torch: str) -> Action:
 
 def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Step:
     path, lock = choices.venv_path, choices.lock
+    home = cuda_home(facts, choices)
+    activate = [_activate(choices, home)] if home else []
     if lock is None and unlocked_ok(venv, answers, choices):
         have = venv.version_of("torch") if venv else None
         return satisfied(
@@ -155,7 +194,8 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
                 argv=_sync(choices, answers, choices.torch_build),
                 user=choices.owner.run_as,
             ),
-            smoke_action(facts, choices, ""),
+            *activate,
+            smoke_action(facts, choices, "", requested_names(answers)),
         ]
         return pending(
             "venv",
@@ -174,7 +214,16 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
         )
     missing = lock_missing(venv, lock)
     if venv is not None and not missing:
-        return satisfied("venv", f"{path} holds the locked stack: {stack_text(lock)}")
+        if venv.cuda_home == home or not home:
+            return satisfied(
+                "venv", f"{path} holds the locked stack: {stack_text(lock)}{_activated(home)}"
+            )
+        return pending(
+            "venv",
+            f"{path} holds the locked stack, but its activate does not set CUDA_HOME={home} "
+            f"(torch's CUDA {choices.cuda})",
+            activate,
+        )
     actions = [] if venv is not None else [_create(choices)]
     actions += [
         Action(
@@ -185,12 +234,14 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             argv=_sync(choices, answers, lock.build),
             user=choices.owner.run_as,
         ),
-        smoke_action(facts, choices, lock.torch),
+        *activate,
+        smoke_action(facts, choices, lock.torch, requested_names(answers)),
     ]
     why = f"no venv at {path}" if venv is None else f"{path} lacks {', '.join(missing[:6])}"
     note = f" ({lock.note})" if lock.note else ""
     return pending(
         "venv",
-        f"{why}: install the lock, {stack_text(lock)}{note}{_built_here(lock, choices)}",
+        f"{why}: install the lock, {stack_text(lock)}{note}{_built_here(lock, choices)}"
+        f"{lock.held_back_text}",
         actions,
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from steps.activate import cuda_home_of
 from steps.cxxstd import HEADER, header_requires
 from steps.rootfs import RootFS
 from steps.safefs import read_bounded, walk
@@ -26,6 +27,7 @@ class VenvState:
     # the C++ standard its torch's headers require (torch/include/ATen/ATen.h's #error line),
     # None when unknown (no torch, or headers without the line)
     torch_cxx: int | None = None
+    cuda_home: str | None = None  # what mlsetup's block in bin/activate exports (steps.activate)
 
     def version_of(self, name: str) -> str | None:
         return self.packages.get(canonicalize_name(name))
@@ -67,6 +69,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
                     torch_cxx = header_requires(_read(site_fd, HEADER) or "")
             finally:
                 os.close(site_fd)
+        cuda_home = cuda_home_of(_read(venv_fd, "bin/activate"))
     finally:
         os.close(venv_fd)
     return VenvState(
@@ -75,6 +78,7 @@ def probe_venv(fs: RootFS, path: str) -> VenvState | None:
         packages=packages,
         torch_cuda=torch_cuda,
         torch_cxx=torch_cxx,
+        cuda_home=cuda_home,
     )
 
 

@@ -389,3 +389,32 @@ def test_an_extension_release_the_index_lacks_is_exit_2_before_the_step(
     what = server.report()["failure"]["what"]
     assert "the index has no srcext==9.9.9" in what and "Traceback" not in run.stdout
     assert not [a for a in server.report()["ran"] if a.startswith("extensions.")]
+
+
+def test_the_stack_check_imports_every_requested_package_after_the_extensions(
+    server: FakeServer, build_tools: list[Path]
+):
+    """After the last extension the check imports each requested package's top-level modules
+    (from its wheel's RECORD) after torch and the extensions: one that fails to import (a wheel
+    linked against another CUDA) fails the run, named with its error."""
+    index = frozen_machine(server, build_tools)
+    index.add(
+        "pypi", "cu12only", "1.0",
+        {"cu12only/__init__.py": "raise ImportError('libcudart.so.12: cannot open shared object')"},
+    )  # fmt: skip
+    add_extension(server, "withdep", ("helper",), ("helper",))
+    write_answers(server, index, "withdep")
+    answers = server.answers.read_text()
+    server.answers.write_text(
+        answers.replace('version = "==2.9.0"\n', 'version = "==2.9.0"\npackages = ["cu12only"]\n')
+    )
+
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = server.report()
+    assert report["failure"]["action"] == "extensions.stack-check"
+    assert report["smoke"]["stack"]["ok"] is True  # no import before the extensions are in
+    after = report["smoke"]["after_extensions"]
+    assert after["ok"] is False and after["imports"] == {"withdep": "ok"}
+    assert "ImportError: libcudart.so.12" in after["packages"]["cu12only: cu12only"]
+    assert "import cu12only (from cu12only)" in after["summary"]

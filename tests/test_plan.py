@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import date
 from typing import get_args
 
 import pytest
@@ -12,6 +13,7 @@ from steps.answers import answers_from_toml
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
+from steps.knowledge import knowledge
 from steps.plan import ActionKind, Plan
 from steps.planner import make_plan
 from steps.stack.lock import Lock
@@ -121,6 +123,7 @@ def test_h200_with_finished_venv_has_nothing_to_do():
         python_version="3.12.3",
         packages={"torch": "2.14.1+cu130", "flash-attn": "2.8.3", "ninja": "1.13.2"},
         torch_cuda="13.0",
+        cuda_home="/usr/local/cuda-13.0",  # its activate names torch's toolkit
     )
     lock = Lock(
         text="torch==2.14.1+cu130\nninja==1.13.2\n",
@@ -590,3 +593,56 @@ def test_auto_python_from_knowledge_is_the_one_most_packages_have_wheels_for():
     assert "uv downloads CPython 3.12" in create.title
     assert "torch 2.15 has no wheels for the system's Python (3.10)" in create.title
     assert "3.12 is the one most packages have wheels for" in create.title
+
+
+def test_branch_620_and_later_refuse_proprietary_modules(tmp_path):
+    """From R620 NVIDIA ships only the open kernel modules (assets/driver.toml, its
+    installation guide): proprietary with 620 is exit 2 naming both keys and what works."""
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[driver]\nbranch = "620"\nmodules = "proprietary"\n')
+    run = run_cli("plan", "--facts", str(FRESH), "--answers", str(answers))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert "driver.modules = \"proprietary\" with driver.branch = '620'" in run.stderr
+    assert "from R620 NVIDIA ships only the open kernel modules" in run.stderr
+    assert 'allowed: driver.modules "open" or "auto", or a driver.branch below 620' in run.stderr
+    # the branch before it still has them; 620 with the open modules is planned
+    answers.write_text('version = 1\n[driver]\nbranch = "595"\nmodules = "proprietary"\n')
+    assert plan_for(FRESH, answers.read_text()).step("driver").actions[-1].argv[-1] == (
+        "cuda-drivers"
+    )
+    answers.write_text('version = 1\n[driver]\nbranch = "620"\nmodules = "open"\n')
+    assert run_cli("plan", "--facts", str(FRESH), "--answers", str(answers)).returncode == 0
+
+
+def test_an_ended_driver_branch_is_named_with_its_end_of_life(tmp_path):
+    """R535 ended in June 2026 (NVIDIA's lifecycle table, assets/driver.toml): a plan that
+    installs it says so; R580 (until June 2028) is not named."""
+    driver = knowledge().driver
+    assert driver.ended(535, date(2026, 12, 3)) == "2026-06"
+    assert driver.ended(535, date(2026, 6, 30)) is None  # its last month
+    assert driver.ended(580, date(2026, 12, 3)) is None
+    assert driver.ended(620, date(2029, 10, 1)) == "2029-09"
+
+
+def test_a_venv_whose_activate_lacks_the_toolkit_gets_only_that_written():
+    """The same finished venv, its activate without mlsetup's block (an older mlsetup, or
+    edited): the venv step writes it, as the venv's owner, and nothing else."""
+    venv = VenvState(
+        path="/root/ml-env",
+        python_version="3.12.3",
+        packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
+        torch_cuda="13.0",
+    )
+    lock = Lock(
+        text="torch==2.14.1+cu130\nninja==1.13.2\n",
+        python="3.12",
+        platform="x86_64-manylinux_2_35",
+        build="cu130",
+        key="k",
+        packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
+    )
+    step = plan_for(H200, "", venv, lock).step("venv")
+    assert step.status == "pending" and "does not set CUDA_HOME=/usr/local/cuda-13.0" in step.reason
+    (write,) = step.actions
+    assert write.kind == "activate" and write.argv[-2:] == ["/root/ml-env", "/usr/local/cuda-13.0"]

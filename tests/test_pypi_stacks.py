@@ -154,10 +154,12 @@ def test_vllm_with_an_old_xformers_names_both_and_torch(server, pypi, trap):
     assert "none of those runs here" not in message
 
 
-def test_vllm_with_sglang_names_both_and_the_shared_xgrammar(server, pypi, trap):
+def test_vllm_with_sglang_names_both_and_the_shared_dependency(server, pypi, trap):
+    """uv names the pin they disagree on (humming-kernels, with its extra, in the order the
+    stack is given: by name, whatever the answers' order)."""
     message = refused(server, pypi, trap, ["vllm==0.33.0", "sglang==0.5.23"])
-    assert "vllm>=0.33.0 requires xgrammar==0.2.8" in message
-    assert "sglang requires xgrammar==0.2.7" in message
+    assert "vllm>=0.33.0 requires humming-kernels==0.1.19" in message
+    assert "sglang requires humming-kernels==0.1.12" in message
     assert "no torch" not in message and "uv finds no torch" not in message
 
 
@@ -400,3 +402,25 @@ def test_a_lock_handed_over_with_a_torch_flash_attn_cannot_build_against_is_exit
     )
     assert "flash-attn 2.8.3 builds with C++17; torch >= 2.14 needs C++20" in message
     assert 'torch.version = "<2.14"' in message and "Traceback" not in run.stderr
+
+
+def test_the_lock_of_a_large_set_does_not_depend_on_its_order(server, pypi, trap):
+    """The forty and torchaudio in three orders, one with the torch family first: one lock.
+    The family follows torch (an unpinned torchvision decided first pinned torch to its newest,
+    and vllm walked back to a release that accepted it), and each requested package locked in
+    an older series than its newest is named with what holds it back."""
+    stack = [*FORTY, "torchaudio"]
+    orders = [stack, stack[::-1], sorted(stack, key=lambda n: (not n.startswith("torch"), n))]
+    locks = [lock(server, pypi, trap, packages) for packages in orders]
+    assert locks[0] == locks[1] == locks[2]
+    summary = locks[0]
+    torch, vllm = summary["torch"], summary["packages"]["vllm"]
+    # torchvision and torchaudio are the releases made for the torch the rest decided
+    assert summary["packages"]["torchvision"] == {"2.14.0": "0.29.0", "2.13.0": "0.28.0"}[torch]
+    assert "torchvision" not in summary["decided_by"] and "torchaudio" not in summary["decided_by"]
+    assert vllm in ("0.33.0", "0.31.0")  # the newest the recorded copy has, or the one before
+    if vllm != "0.33.0":
+        assert any(
+            h.startswith(f"vllm {vllm} (newest 0.33.0): held back by")
+            for h in (summary["held_back"])
+        ), summary["held_back"]

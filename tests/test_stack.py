@@ -283,6 +283,29 @@ def test_pypi_itself_vllm_resolves_to_the_torch_it_pins_and_the_toolkit_follows(
     assert not list(server.home.rglob("*.whl")), "the resolution downloaded wheels"
 
 
+def test_pypi_itself_the_torch_family_listed_first_follows_the_torch_vllm_decides(
+    server: FakeServer,
+):
+    """Real PyPI, metadata only: unpinned torchvision and torchaudio listed before vllm once
+    pinned torch to torchvision's newest, and vllm walked back to 0.1.2 (2023). Now vllm is at
+    its newest or the plan names what holds it back, and torchvision is the release of the
+    locked torch. Skipped when PyPI cannot be reached."""
+    if why := pypi_reachable():
+        pytest.skip(f"PyPI cannot be reached: {why}")
+    setup(server)
+    write_answers(server, None, ["torchvision", "torchaudio", "vllm"])
+    run = server.mlsetup(
+        "plan", "--answers", str(server.answers), "--json", UV_OFFLINE="0", timeout=900
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lock = json.loads(run.stdout)["lock"]
+    assert lock is not None
+    vllm = lock["packages"]["vllm"]
+    held = [h for h in lock["held_back"] if h.startswith(f"vllm {vllm} ")]
+    assert tuple(map(int, vllm.split(".")[:2])) >= (0, 33) or held, lock["held_back"]
+    assert lock["decided_by"] == ["vllm"]  # not torchvision, not torchaudio
+
+
 def test_an_unreachable_index_keeps_a_venv_that_already_satisfies_the_answers(server: FakeServer):
     """An offline machine with torch in its venv already (an image): resolving cannot reach the
     index; the venv is kept unlocked. Without such a venv the apply fails with the reason."""
@@ -428,3 +451,81 @@ def test_an_unreachable_index_is_quoted_from_a_word_boundary():
     quoted = _tail(detail)
     assert quoted.startswith("…") and quoted.endswith("after 3 retries")
     assert quoted[1:].split(" ", 1)[0] in detail.split(" ") and len(quoted) <= 301
+
+
+def test_the_venvs_activate_names_the_toolkit_of_torchs_cuda(server: FakeServer):
+    """DeepSpeed's ops and cpp_extension.load compile at run time with CUDA_HOME's nvcc: the
+    venv's activate exports the toolkit of the locked torch's CUDA and puts its bin right after
+    the venv's own; a second apply finds it there and writes nothing, a block edited away is
+    written again, once."""
+    index = setup(server)  # the H200 with driver 580: torch 2.11.0+cu130
+    write_answers(server, index, ["helper"])
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "venv.activate" in server.report()["ran"]
+    activate = server.venv / "bin/activate"
+    sourced = subprocess.run(
+        ["bash", "-c", f'. "{activate}" && echo "$CUDA_HOME" && echo "$PATH"'],
+        capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    home, path = sourced.stdout.split()
+    assert home == "/usr/local/cuda-13.0"  # torch 2.11.0+cu130
+    assert path.split(":")[:3] == [f"{server.venv}/bin", "/usr/local/cuda-13.0/bin", "/usr/bin"]
+    fish = (server.venv / "bin/activate.fish").read_text()
+    assert "set -gx CUDA_HOME '/usr/local/cuda-13.0'" in fish
+    venv_step = next(s for s in server.report()["steps"] if s["name"] == "venv")
+    assert "activate sets CUDA_HOME=/usr/local/cuda-13.0" in venv_step["reason"]
+
+    again = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert again.returncode == 0 and "venv.activate" not in server.report()["ran"]
+    text = activate.read_text()
+    activate.write_text(text.replace("export CUDA_HOME='/usr/local/cuda-13.0'", "true"))
+    third = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert third.returncode == 0 and server.report()["ran"] == ["venv.activate"]
+    assert activate.read_text().count("export CUDA_HOME=") == 1
+    assert activate.read_text().count("# >>> mlsetup") == 1
+
+
+def test_a_requested_package_that_does_not_import_fails_the_stack_smoke_test(server: FakeServer):
+    """A wheel built for another CUDA than torch's installs and fails only at import: the smoke
+    test after the sync imports each requested package's modules (read from its RECORD) after
+    torch, and the run fails naming the package and the error."""
+    index = setup(server)
+    index.add(
+        "pypi", "cu12only", "1.0",
+        {"cu12only/__init__.py": "raise ImportError('libcudart.so.12: cannot open shared object')"},
+    )  # fmt: skip
+    write_answers(server, index, ["helper", "cu12only"])
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = server.report()
+    assert report["failure"]["action"] == "venv.smoke"
+    smoke = report["smoke"]["stack"]
+    assert smoke["ok"] is False
+    assert smoke["packages"]["helper: _helper"] == "ok"
+    assert "libcudart.so.12" in smoke["packages"]["cu12only: cu12only"]
+    assert "import cu12only (from cu12only): ImportError: libcudart.so.12" in smoke["summary"]
+
+
+def test_a_package_built_for_another_cuda_major_than_torch_is_refused_at_plan(
+    server: FakeServer,
+):
+    """Its metadata says so: it requires a CUDA 12 library (nvidia-*-cu12) beside a CUDA 13
+    torch, or its own version carries +cu126. Exit 2 naming it, before anything runs."""
+    index = setup(server)  # torch 2.11.0+cu130
+    index.add("pypi", "nvidia-cublas-cu12", "12.8.4.1")
+    index.add("pypi", "cu12lib", "1.0", requires=("nvidia-cublas-cu12",))
+    write_answers(server, index, ["helper", "cu12lib"])
+    run = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert "cu12lib requires nvidia-cublas-cu12 12.8.4.1 (CUDA 12)" in message
+    assert "torch 2.11.0+cu130 is the cu130 build (CUDA 13)" in message
+    assert "fails when it is imported" in message and "Traceback" not in run.stderr
+
+    index.add("pypi", "localcu", "1.0+cu126")
+    write_answers(server, index, ["helper", "localcu"])
+    run = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "localcu 1.0+cu126 is built for CUDA 12" in " ".join(run.stderr.split())
+    assert server.calls() == [] and not server.venv.exists()

@@ -3,17 +3,25 @@ they want it (`venv.lock` from another host, a saved lock, a new resolution's to
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from steps.answers import Answers
 from steps.choices import driver_is_kept, has_python, release_of, venv_owner
 from steps.cxxstd import torch_bounds
 from steps.facts import Facts
 from steps.knowledge import knowledge
-from steps.stack.lock import Lock, cuda_of_pins, platform_for
+from steps.stack.inputs import TORCH_FAMILY
+from steps.stack.lock import Lock, Pins, cuda_of_pins, parse_requirements, platform_for
+
+# A CUDA library wheel names its major (nvidia-cublas-cu12), a CUDA build its local version
+# (2.9.0+cu128): either says which CUDA major the package requiring it links.
+_LIBRARY_MAJOR = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)$")
+_LOCAL_MAJOR = re.compile(r"^cu(\d+)\d$")
 
 ProblemKind = Literal[
     "platform",
@@ -26,6 +34,7 @@ ProblemKind = Literal[
     "version",
     "cuda",
     "cxx",
+    "cuda-major",
 ]
 
 
@@ -114,6 +123,8 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[Problem]:
                 "build as root (set venv.user to an ordinary account)",
             )
         )
+    if build.cuda:
+        out += other_cuda_major(lock, build.cuda.split(".")[0])
     spec = answers.torch.version
     if spec != "auto" and lock.torch.split("+")[0] not in SpecifierSet(spec):
         out.append(Problem("version", f"its torch is {lock.torch}; torch.version is {spec!r}"))
@@ -135,3 +146,58 @@ def lock_problems(facts: Facts, answers: Answers, lock: Lock) -> list[Problem]:
                 )
             )
     return out
+
+
+def other_cuda_major(lock: Lock, major: str) -> list[Problem]:
+    """The packages of the lock built for another CUDA major than torch's `major`, as their
+    metadata says: a CUDA library of another major they require (nvidia-cublas-cu12 beside a
+    CUDA 13 torch), or their own local version (+cu126). Such a wheel loads only at import."""
+    pins = parse_requirements(lock.text, "the lock").pins
+    out = []
+    for name, version in pins.versions.items():
+        if name in TORCH_FAMILY:
+            continue  # torch's own build is the lock's build
+        local = _LOCAL_MAJOR.match(version.partition("+")[2])
+        library = _LIBRARY_MAJOR.match(name)
+        if local and local.group(1) != major:
+            what = f"{name} {version} is built for CUDA {local.group(1)}"
+        elif (
+            library
+            and library.group(1) != major
+            # nvidia-cutlass-dsl-libs-cu12 beside -cu13: shipped for both, one picked at run time
+            and name.removesuffix(f"cu{library.group(1)}") + f"cu{major}" not in pins.versions
+            and (who := _requirers(pins, name))
+        ):
+            what = f"{', '.join(who)} require{'s' if len(who) == 1 else ''} {name} {version}"
+            what += f" (CUDA {library.group(1)})"
+        else:
+            continue
+        out.append(
+            Problem(
+                "cuda-major",
+                f"{what}, but torch {lock.torch} is the {lock.build} build (CUDA {major}): a "
+                "wheel linked against another CUDA major fails when it is imported; what would: "
+                f"a release of it built for CUDA {major}, or a torch.cuda build of that major",
+            )
+        )
+    return out
+
+
+def _requirers(pins: Pins, name: str) -> list[str]:
+    """The packages (not CUDA libraries, not the torch family) that require `name`, directly or
+    through CUDA libraries; "torch.packages" when the answers ask for it themselves."""
+    found: list[str] = []
+    seen, todo = {name}, [name]
+    while todo:
+        for via in pins.via.get(todo.pop(), []):
+            if via.startswith("-") and not via.startswith("-r "):
+                continue  # a constraint, not a requirement
+            who = "torch.packages" if via.startswith("-r ") else canonicalize_name(via)
+            if who in seen or who in TORCH_FAMILY:
+                continue
+            seen.add(who)
+            if who.startswith(("nvidia-", "cuda-")):
+                todo.append(who)
+            else:
+                found.append(who)
+    return sorted(found)

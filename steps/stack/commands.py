@@ -14,11 +14,12 @@ def compile_argv(
     builds: bool,
     constraints: str | None = None,
     offline: bool = False,
+    no_deps: bool = False,
 ) -> list[str]:
     """`uv pip compile` for the lock. `builds` False: `--no-build`, nothing of a package runs
     (every resolution root runs); True only as an ordinary account, for an sdist whose
     metadata comes only from its build backend. `offline`: from uv's cache alone (what the
-    resolution just before it fetched)."""
+    resolution just before it fetched). `no_deps`: the packages alone (their newest releases)."""
     return [
         "uv",
         "pip",
@@ -29,6 +30,7 @@ def compile_argv(
         "--no-python-downloads",
         *([] if builds else ["--no-build"]),
         *(["--offline"] if offline else []),
+        *(["--no-deps"] if no_deps else []),
         "--python-version",
         python,
         "--python-platform",

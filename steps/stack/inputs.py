@@ -55,17 +55,43 @@ def requirement_name(req: str) -> str:
     return canonicalize_name(re.split(r"[\s<>=!~\[;@]", req, maxsplit=1)[0])
 
 
+def requested_names(answers: Answers) -> list[str]:
+    """The packages the answers ask for besides torch, by canonical name, in their order: the
+    stack check imports each one's modules."""
+    names = (requirement_name(r) for r in answers.torch.packages)
+    return [n for n in dict.fromkeys(names) if n != "torch"]
+
+
+# The torch family: each release is made for one torch, so it follows torch, never decides it.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
+
+
+def follows_torch(req: str) -> bool:
+    """A requirement of the torch family that pins no exact release: it takes the release made
+    for the torch the rest decides (an exact pin is the answers' own decision)."""
+    name = requirement_name(req)
+    return name in TORCH_FAMILY and name != "torch" and "==" not in req
+
+
 def requirements(answers: Answers, build_requires: list[str]) -> list[str]:
-    """What the lock must satisfy, in order: the packages, then torch (as the answers pin it),
-    then the extensions' build requirements (pip among them: the build runs `pip wheel`). uv's
-    backtracking follows the order: with a bare torch first it keeps the newest torch and walks
-    the packages back instead (forty everyday packages locked to a 2023 vllm that way)."""
+    """What the lock must satisfy, in an order that is the same for any order of the answers'
+    list (uv's backtracking follows the order: it decides the packages first to last and walks a
+    later one back when an earlier one leaves it no room). So: the packages sorted by name; then
+    torch, as the answers or the packages pin it (a bare torch decided first keeps the newest
+    torch and walks the packages back); then the torch family's unpinned members, which follow it
+    (an unpinned torchvision decided before vllm pinned torch to torchvision's newest, and the
+    only vllm that accepted that torch was one from 2023); then the extensions' build
+    requirements (pip among them: the build runs `pip wheel`). What order alone cannot settle
+    (two packages whose newest releases disagree) steps.stack.heldback does."""
     spec = "" if answers.torch.version == "auto" else answers.torch.version
-    out = [*answers.torch.packages]
-    names = {requirement_name(r) for r in out}
+    asked = sorted(dict.fromkeys(answers.torch.packages), key=lambda r: (requirement_name(r), r))
+    out = [r for r in asked if requirement_name(r) != "torch" and not follows_torch(r)]
+    out += [r for r in asked if requirement_name(r) == "torch"]
+    names = {requirement_name(r) for r in asked}
     if "torch" not in names or spec:
         out.append(f"torch{spec}")
         names.add("torch")
+    out += [r for r in asked if follows_torch(r)]
     for req in build_requires:
         name = requirement_name(req)
         if name not in names:

@@ -35,6 +35,7 @@ STATE_LOCK = "/var/lib/mlsetup/stack.lock"
 SHARED_DIR = "/var/cache/mlsetup/stack"
 SHARED_LOCK = f"{SHARED_DIR}/requirements.txt"
 SMOKE_SCRIPT = f"{SHARED_DIR}/smoke_stack.py"
+ACTIVATE_SCRIPT = f"{SHARED_DIR}/activate_cuda.py"  # steps.activate.WRITE
 # The glibc floor of the distributions mlsetup supports (Ubuntu 22.04 ships glibc 2.35, 24.04
 # 2.39, Debian 12 2.36: https://packages.ubuntu.com/jammy/libc6,
 # https://packages.debian.org/bookworm/libc6): a wheel resolved for it installs on all of them.
@@ -63,6 +64,8 @@ class Lock:
     index: str = ""  # where it was resolved from, as the messages name it
     sources: tuple[str, ...] = ()  # "name version" of the pins that have no wheel: built at sync
     python_reason: str = ""  # why this Python, when mlsetup chose it ("auto")
+    # requested packages locked in an older series than their newest, and what holds each back
+    held_back: tuple[str, ...] = ()
 
     @property
     def torch(self) -> str:
@@ -81,8 +84,14 @@ class Lock:
             "index": self.index,
             "sources": list(self.sources),
             "python_reason": self.python_reason,
+            "held_back": list(self.held_back),
         }
         return HEADER + json.dumps(meta, sort_keys=True) + "\n"
+
+    @property
+    def held_back_text(self) -> str:
+        """The packages below their newest, as the plan, the notices and `mlsetup lock` say it."""
+        return f"; below their newest: {'; '.join(self.held_back)}" if self.held_back else ""
 
     def file_text(self) -> str:
         return self.header() + self.text
@@ -99,6 +108,7 @@ class Lock:
             "index": self.index,
             "sources": list(self.sources),
             "python_reason": self.python_reason,
+            "held_back": list(self.held_back),
             "packages": dict(sorted(self.packages.items())),
         }
 
@@ -266,6 +276,7 @@ def load_lock(text: str, origin: str, fix: str = "sudo mlsetup lock") -> Lock:
         index=str(meta.get("index") or ""),
         sources=tuple(str(d) for d in meta.get("sources") or ()),
         python_reason=str(meta.get("python_reason") or ""),
+        held_back=tuple(str(d) for d in meta.get("held_back") or ()),
         **fields,
     )
 

@@ -175,4 +175,6 @@ class Refusals:
             if version != "auto"
             else f"torch.packages {self.answers.torch.packages}"
         )
+        if all(p.kind == "cuda-major" for p in problems):  # the packages, not torch
+            return f"{asked}: " + "; ".join(p.text for p in problems)
         return f"{asked}: {what}, which cannot run here: " + "; ".join(p.text for p in problems)

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -40,11 +41,13 @@ from steps.runner import Result
 from steps.safefs import read_bounded
 from steps.stack.check import lock_problems
 from steps.stack.commands import compile_argv
+from steps.stack.heldback import Answer, Probe, Scan
 from steps.stack.index import index_args, index_label, local_index, per_build_index
-from steps.stack.inputs import StackInputs, requirement_name
+from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
 from steps.stack.lock import MAX_LOCK_BYTES, Lock, Pins, build_of_pins, parse_requirements
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.uvfailure import (
+    OFFLINE_MARKERS,
     Failure,
     NeedsBuild,
     NoPythonWheel,
@@ -56,8 +59,6 @@ from steps.stack.uvfailure import (
 
 RunCommand = Callable[[Action], Result | None]
 _TORCH_PIN = re.compile(r"^torch==(\d+\.\d+)", re.M)
-# The torch family follows torch: never "the package that decided torch"
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class _Ask:
     builds: bool = True
     offline: bool = False
     unbounded: bool = False  # without the extensions' bounds on torch (StackInputs.bounds)
+    no_deps: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,14 @@ class Resolution:
             ask = _Ask(f"venv.resolve-{build}", RESOLVE, python.version, self.inputs.requirements)
             compiled = self._compile(ask, build)
             if compiled.text is not None:
-                return self._lock_from(compiled.text, build, python, attempts)
+                scan = Scan(
+                    partial(self._probe, build=build, python=python.version),
+                    ask.requirements,
+                    [n for r in self.answers.torch.packages if (n := _may_walk_back(r))],
+                    f"torch.packages {self.answers.torch.packages}",
+                )
+                text, held = scan.settle(compiled.text)
+                return self._lock_from(text, build, python, attempts, held)
             failure = read_failure(compiled.result.tail, self.local)
             pin = torch_pin(failure)
             if pin is not None and len(builds) > 1:
@@ -193,6 +202,26 @@ class Resolution:
         raise InputError(self.refuse.no_build_has_it(attempts, builds))
 
     # -- uv runs ------------------------------------------------------------------------------
+
+    def _probe(self, probe: Probe, build: str, python: str) -> Answer:
+        """A question about the resolved stack. From the index (uv's cache keeps it cheap): an
+        offline resolution takes what the cache happens to hold and can "succeed" with a release
+        older than the index's newest; only the newest releases alone (`no_deps`, which needs
+        the pages the resolution just fetched) are asked of the cache first."""
+        ask = _Ask(
+            probe.action,
+            probe.title,
+            python,
+            probe.requirements,
+            "probe.txt",
+            probe.constraints,
+            offline=probe.no_deps,
+            no_deps=probe.no_deps,
+        )
+        compiled = self._compile(ask, build)
+        if compiled.text is None and _from_cache_only(compiled.result):
+            compiled = self._compile(replace(ask, offline=False), build)
+        return Answer(compiled.text, compiled.result.tail)
 
     def _compile(self, ask: _Ask, build: str) -> _Compiled:
         """One `uv pip compile` in a fresh sandbox."""
@@ -212,6 +241,7 @@ class Resolution:
                 ask.builds and self.resolver.builds,
                 str(where / "constraints.txt") if every else None,
                 ask.offline,
+                ask.no_deps,
             )
             account = self.resolver.account
             action = Action(
@@ -285,7 +315,9 @@ class Resolution:
 
     # -- the lock -----------------------------------------------------------------------------
 
-    def _lock_from(self, text: str, build: str, python: _Python, attempts: Attempts) -> Lock:
+    def _lock_from(
+        self, text: str, build: str, python: _Python, attempts: Attempts, held: tuple[str, ...]
+    ) -> Lock:
         # written by the account uv ran as: taken as data, like any lock root is handed
         who = self.resolver.who
         fix = f"look at what runs as {who} (ps -u {who}), then: sudo mlsetup plan"
@@ -318,7 +350,7 @@ class Resolution:
         bounds = [b for b in self.inputs.bounds if b.extension in decided]
         note = "; ".join([*notes, *(b.why for b in bounds)])
         sources = self._sources(pins, build, python.version) if self.resolver.builds else ()
-        return replace(lock, decided_by=decided, note=note, sources=sources)
+        return replace(lock, decided_by=decided, note=note, sources=sources, held_back=held)
 
     def _decider(self, pins: Pins, build: str, python: str) -> tuple[str, ...]:
         """The packages whose requirement keeps a newer torch out, as uv names them when asked
@@ -400,6 +432,14 @@ def _followers(pins: Pins) -> set[str]:
     return follow
 
 
+def _may_walk_back(req: str) -> str:
+    """The canonical name of a requested package whose release the resolution chooses (not
+    pinned exactly, not of the torch family); "" for the others."""
+    name = requirement_name(req)
+    exact = "==" in req and "*" not in req
+    return "" if exact or name in TORCH_FAMILY else name
+
+
 def _cache_of(account: Account, sandbox: Path) -> str:
     """uv's cache for `account`: its own (~/.cache/uv), or the sandbox's when it has no home."""
     home = Path(account.home)
@@ -410,7 +450,7 @@ def _cache_of(account: Account, sandbox: Path) -> str:
 
 def _from_cache_only(result: Result) -> bool:
     """An offline run that needed something uv's cache lacks."""
-    return any("network was disabled" in line for line in result.tail)
+    return any(marker in line for line in result.tail for marker in OFFLINE_MARKERS)
 
 
 def _lacking(failure: Failure) -> str:

@@ -20,7 +20,9 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _SPEC = r"(?:[<>=!~]=?[^\s,]+)?"
 _NOT_FOUND = re.compile(rf"\b({_NAME}) was not found in the (?:package registry|cache)")
 _NO_VERSION = re.compile(rf"there is no version of ({_NAME})([<>=!~]=?[^\s,]+)")
-_DEPENDS = re.compile(rf"\b({_NAME})({_SPEC}) depends? on ({_NAME})(?:\{{[^}}]*\}})?({_SPEC})")
+# "X depends on Y{marker}==1" or "Y[extra]==1": uv writes markers in braces, extras in brackets
+_EXTRA = r"(?:\{[^}]*\}|\[[^\]]*\])?"
+_DEPENDS = re.compile(rf"\b({_NAME})({_SPEC}) depends? on ({_NAME}){_EXTRA}({_SPEC})")
 _INCOMPATIBLE = re.compile(
     rf"we can conclude that (?:all versions of )?({_NAME}{_SPEC}) and (?:all versions of )?"
     rf"({_NAME}{_SPEC}) are incompatible"
@@ -32,7 +34,7 @@ _NO_PYTHON_WHEEL = re.compile(
 )
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
-_OFFLINE = ("network was disabled", "not found in the cache")
+OFFLINE_MARKERS = ("network was disabled", "not found in the cache")
 OFFLINE_DETAIL = (
     "uv runs offline (UV_OFFLINE or --offline) and its cache lacks what the stack needs"
 )
@@ -132,7 +134,7 @@ def read_failure(output: list[str], local: bool = False) -> Failure:
     text = " ".join(line.strip() for line in output)
     cause = _cause(output) or text[-600:]
     solving = "No solution found" in text
-    offline = not local and any(marker in text for marker in _OFFLINE)
+    offline = not local and any(marker in text for marker in OFFLINE_MARKERS)
     if not solving or offline:
         if m := _BUILD_FAILED.search(text):
             return BuildFailed(m.group(1), m.group(2), cause[-900:])
@@ -181,7 +183,11 @@ def _conflict(cause: str, a: str, b: str) -> Conflict:
     name_a = canonicalize_name(re.split(r"[<>=!~]", a, maxsplit=1)[0])
     name_b = canonicalize_name(re.split(r"[<>=!~]", b, maxsplit=1)[0])
     deps_a, deps_b = wants.get(name_a, {}), wants.get(name_b, {})
-    shared = next((d for d in deps_a if d in deps_b), None)
+    # the first dependency both name, preferring one they pin differently (xgrammar==0.2.8
+    # against ==0.2.7) over one both merely require (humming-kernels, in uv's own words)
+    both = [d for d in deps_a if d in deps_b]
+    differ = [d for d in both if deps_a[d] != deps_b[d]]
+    shared = next(iter(differ or both), None)
     if shared is None:
         return Conflict((a, b), "", ("", ""))
     return Conflict((a, b), shared, (deps_a[shared], deps_b[shared]))
@@ -209,3 +215,29 @@ def torch_dependents(output: list[str]) -> list[str]:
         for m in _DEPENDS.finditer(_cause(output))
         if canonicalize_name(m.group(3)) == "torch"
     ]
+
+
+# A whole specifier, every clause of it ("numpy>=1.22,<2.5")
+_SPECS = r"(?:[<>=!~]=?[^\s,]+(?:,[<>=!~]=?[^\s,]+)*)?"
+_DEPENDS_FULL = re.compile(
+    rf"\b({_NAME})({_SPECS}) depends? on ({_NAME}){_EXTRA}({_SPECS})(?=[\s,.]|$)"
+)
+
+
+def dependencies(output: list[str]) -> list[tuple[str, str, str, str]]:
+    """Each "X==1 depends on Y>=2,<3" of uv's explanation, in order: (X's canonical name, its
+    specifier, Y's canonical name, Y's whole specifier)."""
+    return [
+        (
+            canonicalize_name(m.group(1)),
+            m.group(2),
+            canonicalize_name(m.group(3)),
+            m.group(4).rstrip("."),  # the sentence's full stop
+        )
+        for m in _DEPENDS_FULL.finditer(_cause(output))
+    ]
+
+
+def explanation(output: list[str], limit: int = 400) -> str:
+    """uv's own explanation of a failed resolution, its last `limit` characters."""
+    return _cause(output)[-limit:]
