@@ -26,6 +26,7 @@ import psutil
 from steps.accounts import Account, lookup_account
 from steps.events import EventSink, Notice, Output
 from steps.leftovers import Leftovers
+from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.safefs import open_append
@@ -301,13 +302,13 @@ def _stream(
     line: Callable[[bytes], None],
     look: Callable[[bool], None],
 ) -> None:
-    """Copy the command's output to `log` and hand on each line, until end-of-file or, once
-    its main process has ended, until it has been quiet for POLL_S or DRAIN_S have passed:
-    whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
+    """Copy the command's output to `log` and hand on each line (cut to LINE_KEEP bytes), until
+    end-of-file or, once its main process has ended, until it has been quiet for POLL_S or
+    DRAIN_S have passed: whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
     every LEFTOVERS_EVERY_S while it runs and once when its main process has ended."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
-    pending = b""
+    lines = LineCutter()
     drain_until: float | None = None
     looked = time.monotonic()
     while True:
@@ -320,8 +321,7 @@ def _stream(
                 break
             log.write(chunk)
             log.flush()
-            *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
+            for raw in lines.feed(chunk):
                 line(raw)
         elif drain_until is not None:
             break
@@ -333,5 +333,6 @@ def _stream(
         elif drain_until is None and time.monotonic() - looked >= LEFTOVERS_EVERY_S:
             look(False)
             looked = time.monotonic()
-    if pending:
-        line(pending)
+    rest = lines.rest()
+    if rest is not None:
+        line(rest)
