@@ -304,8 +304,9 @@ def _stream(
 ) -> None:
     """Copy the command's output to `log` and hand on each line (cut to LINE_KEEP bytes), until
     end-of-file or, once its main process has ended, until it has been quiet for POLL_S or
-    DRAIN_S have passed: whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
-    every LEFTOVERS_EVERY_S while it runs and once when its main process has ended."""
+    DRAIN_S have passed: whatever it left holding the pipe does not hold the step.
+    `look(main_ended)` is called every LEFTOVERS_EVERY_S while it runs and once when its main
+    process has ended."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     lines = LineCutter()

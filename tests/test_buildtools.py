@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import stat
 import subprocess
@@ -138,6 +139,44 @@ def test_nvcc_leaves_a_command_whole_when_it_cannot_or_must_not_trim(standin_cud
     # every target is for these GPUs (flash-attn's own arch variable narrowed them): silent
     got, said = wrapped(standin_cuda, "90", "-c", "k.cu", *gencode("90"))
     assert got == ["-c", "k.cu", *gencode("90")] and said == ""
+
+
+def test_nvcc_rebuilds_8000_arguments_in_linear_time(standin_cuda: Path):
+    """Each argument is looked at a bounded number of times: 8,000 arguments cost a tenth of a
+    second of CPU, where appending each to "$@" took 19 s. The wrapper runs under a CPU limit,
+    so a quadratic one fails instead of hanging the test."""
+    odd = [f"-DNAME{n}='a b' \"$HOME\" `x` ${{y}} *" for n in range(7994)]
+    argv = [*gencode("90", "100"), "--threads", "4", *odd]
+    done = subprocess.run(
+        [str(NVCC), *argv],
+        env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(standin_cuda), "MLSETUP_CUDA_ARCHS": "90"},
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (10, 10)),
+    )
+    assert done.returncode == 0, f"the wrapper ran out of its 10 s of CPU: {done.returncode}"
+    got = (standin_cuda / "argv.txt").read_text().split("\n")[:-1]
+    assert got == [*gencode("90"), "--threads", "4", *odd]
+    # the message names the first 16 targets dropped, and how many more
+    got, said = wrapped(standin_cuda, "90", *gencode("90", *(str(n) for n in range(100, 140))))
+    assert got == gencode("90")
+    assert said.count("-gencode") == 16 and said.rstrip().endswith("sm_115 and 24 more")
+
+
+def test_nvcc_caps_an_absurd_thread_count_with_a_word_not_a_shell_error(standin_cuda: Path):
+    absurd = "--mlsetup-threads=99999999999999999999"
+    argv = [*CAUSAL_CONV1D, "--threads", "4", "-c", "k.cu", absurd]
+    got, said = wrapped(standin_cuda, "90", *argv, MLSETUP_NVCC_SPLIT="1")
+    cores = len(os.sched_getaffinity(0))
+    assert "--mlsetup-threads=99999999999999999999 is more threads than the" in said
+    assert got[:-1] == [*gencode("90"), "--threads", "4", "-c", "k.cu"]
+    assert got[-1] == f"--split-compile={max(4, cores)}"
+    got, said = wrapped(standin_cuda, "90", *CAUSAL_CONV1D, "--threads", "99999999999999999999")
+    assert "--threads=99999999999999999999 is more threads than the" in said
+    assert "--threads" in got  # nvcc's own option goes on unchanged: nvcc answers for it
+    got, said = wrapped(standin_cuda, "90", *CAUSAL_CONV1D, "--mlsetup-threads=lots")
+    assert "--mlsetup-threads=lots is no count: ignored" in said
+    assert "--mlsetup-threads=lots" not in got
 
 
 def fatbin_archs(obj: Path) -> list[int]:
