@@ -37,4 +37,4 @@ def printable_event(event: E) -> E:
     """An event (a frozen dataclass) with every string in it printable, the plan's included."""
     assert dataclasses.is_dataclass(event) and not isinstance(event, type)
     changes = {f.name: _each_printable(getattr(event, f.name)) for f in dataclasses.fields(event)}
-    return dataclasses.replace(event, **changes)  # type: ignore[type-var]
+    return dataclasses.replace(event, **changes)
