@@ -29,7 +29,7 @@ from steps.leftovers import Leftovers
 from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
-from steps.safefs import open_append
+from steps.safefs import Untrusted, open_append, open_trusted_dir
 from steps.stack.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,6 +81,35 @@ def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return _pick(environ, CARRIED, CARRIED_PREFIXES)
+
+
+def trusted_path(path: str) -> tuple[str, list[str]]:
+    """`path` with only the directories root may look commands up in: absolute, and, with
+    every directory above them, no account's but root's (or this process's own account) and
+    writable by no other (steps.safefs.open_trusted_dir). Each kept entry is its real path,
+    so a link another account re-points later changes nothing. Returns the PATH and, for each
+    entry dropped, what was wrong with it; an entry that does not exist is dropped unsaid."""
+    owners = {0, os.geteuid()}
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in path.split(":"):
+        if not entry.startswith("/"):
+            dropped.append(f"{entry!r}: not an absolute path (the current directory)")
+            continue
+        try:
+            os.close(open_trusted_dir(entry, owners))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except Untrusted as exc:
+            dropped.append(f"{entry}: {exc.filename} {exc.strerror}")
+            continue
+        except OSError as exc:
+            dropped.append(f"{entry}: {exc.strerror or exc}")
+            continue
+        real = os.path.realpath(entry)
+        if real not in kept:
+            kept.append(real)
+    return ":".join(kept), dropped
 
 
 def root_caches(home: str) -> dict[str, str]:
@@ -153,8 +182,17 @@ class Runner:
         self.fs = fs
         self.sink = sink
         environ = os.environ if environ is None else environ
-        self.base_path = base_path or environ.get("PATH", SYSTEM_PATH)
+        self.base_path, dropped = trusted_path(base_path or environ.get("PATH", SYSTEM_PATH))
         self.passthrough = passthrough_environment(environ)
+        # said with the first command run, once the engine's event stream is open
+        self._path_notice = (
+            Notice(
+                text="PATH: left out where commands are looked up, as another account could "
+                f"put a program there that root would run: {'; '.join(dropped)}"
+            )
+            if dropped
+            else None
+        )
 
     def resolve(self, program: str) -> str:
         """argv[0] as an absolute path: found on the engine's PATH, then beside mlsetup (uv)."""
@@ -190,6 +228,9 @@ class Runner:
         ends (the output read then stops). `end_leftovers` (a build): what the command left
         running (a daemon a build backend double-forked, its process group, its session) is
         ended then: this process is their subreaper meanwhile, so none escapes to init."""
+        if self._path_notice is not None:
+            self.sink(self._path_notice)
+            self._path_notice = None
         account = None
         if action.user is not None:
             account = lookup_account(self.fs, action.user)
