@@ -30,6 +30,7 @@ from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.safefs import Untrusted, open_append, open_trusted_dir
+from steps.stack.index import withhold_credentials
 from steps.stack.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -184,6 +185,7 @@ class Runner:
         environ = os.environ if environ is None else environ
         self.base_path, dropped = trusted_path(base_path or environ.get("PATH", SYSTEM_PATH))
         self.passthrough = passthrough_environment(environ)
+        self._withheld_said: set[tuple[str, tuple[str, ...]]] = set()
         # said with the first command run, once the engine's event stream is open
         self._path_notice = (
             Notice(
@@ -213,6 +215,29 @@ class Runner:
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}
+        if account is not None and account.uid != os.geteuid():
+            env = self._without_roots_credentials(env, action, account)
+        return env
+
+    def _without_roots_credentials(
+        self, env: dict[str, str], action: Action, account: Account
+    ) -> dict[str, str]:
+        """The index credentials of root's environment and its root-only settings are root's:
+        never given to another account, which can read its own processes' environment. Said
+        once for each account and the variables it went without."""
+        env, withheld = withhold_credentials(env)
+        said = (account.name, tuple(withheld))
+        if withheld and said not in self._withheld_said:
+            self._withheld_said.add(said)
+            self.sink(
+                Notice(
+                    text=f"{action.id} runs as {account.name} without root's index credentials "
+                    f"({', '.join(withheld)}: left out, or the user:password taken out of their "
+                    f"URLs): {account.name} can read what its processes are given. Where the "
+                    f"index needs them, give {account.name} its own (its ~/.netrc), or put "
+                    "them in torch.index_url of the answers for that account to use"
+                )
+            )
         return env
 
     def run(

@@ -19,7 +19,7 @@ from steps.rootfs import RootFS
 from steps.runner import Runner
 from steps.stack.lock import HEADER
 from tests.common import REPO
-from tests.harness import SYSTEM_PATH, USER_UID, FakeServer
+from tests.harness import FakeServer
 from tests.test_stack import env, setup, write_answers
 
 LINE_MIB = 128
@@ -121,33 +121,3 @@ def test_the_wizard_gets_every_events_text_escaped():
     assert isinstance(lines, EngineFeed.Lines) and isinstance(failed, EngineFeed.Event)
     assert isinstance(failed.event, Failed) and isinstance(lost, EngineFeed.Lost)
     shown_inert("\n".join([*lines.lines, failed.event.why, lost.why]))
-
-
-def test_a_path_with_another_accounts_directory_first_is_not_searched_as_root(
-    server: FakeServer,
-):
-    """The venv owner's directory first on a carried PATH (sudo with an env_keep'd PATH), one
-    root owns but its group may write, and one below the owner's home: each is left
-    out of where root looks commands up, with a notice; the system's apt-get runs."""
-    owners = server.base / "owners-bin"
-    shared = server.base / "shared-bin"
-    below = server.home / "tools"
-    for where in (owners, shared, below):
-        where.mkdir(parents=True)
-        fake = where / "apt-get"
-        fake.write_text(f"#!/bin/sh\ntouch {server.base}/ran-$(basename $(dirname $0))\nexit 0\n")
-        fake.chmod(0o755)
-    for path in (server.home, owners):  # the home is the owner's, as the harness makes it
-        os.chown(path, USER_UID, USER_UID)
-    shared.chmod(0o775)
-    server.machine.driver_loaded("580.105.08")
-    server.script({"apt-get cuda-toolkit-13-0": {"exit": 100}})  # the run stops there
-    path = f"{owners}:{shared}:{below}:{server.bin}:{server.tools}:{SYSTEM_PATH}"
-    run = server.mlsetup("apply", "--answers", str(server.answers), PATH=path)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert not list(server.base.glob("ran-*"))  # none of them ran
-    assert "apt-get cuda-toolkit-13-0" in server.commands()  # the system's did
-    notice = next(line for line in run.stdout.splitlines() if "note: PATH: left out" in line)
-    assert f"{owners}: {owners} belongs to uid {USER_UID}, not root" in notice
-    assert f"{shared}: {shared} is writable by other accounts (mode 0775)" in notice
-    assert f"{below}: {server.home} belongs to uid {USER_UID}" in notice
