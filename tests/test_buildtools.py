@@ -24,6 +24,7 @@ from steps.buildtools import (
     TOOLS,
     check_root_only,
     keep_ninja_log,
+    lessons_log,
     tool_env,
     tools_of,
 )
@@ -463,7 +464,9 @@ def test_an_object_that_outlasts_the_others_share_splits_over_the_idle_cores(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes files of another account: needs root")
-def test_the_build_trees_ninja_log_is_kept_beside_it_readable_by_the_next_build(tmp_path: Path):
+def test_the_build_trees_ninja_log_is_kept_beside_it_for_the_same_accounts_next_build(
+    tmp_path: Path,
+):
     fs = RootFS(tmp_path)
     build_root = fs.path(BUILD_ROOT)
     temp = build_root / "ext-1.0" / "src" / "build" / "temp.linux-x86_64-cpython-312"
@@ -473,9 +476,12 @@ def test_the_build_trees_ninja_log_is_kept_beside_it_readable_by_the_next_build(
     for path in [build_root / "ext-1.0", *(build_root / "ext-1.0").rglob("*")]:
         os.chown(path, USER_UID, USER_UID, follow_symlinks=False)
     said = keep_ninja_log(fs, "ext-1.0", USER_UID)
-    kept = build_root / "ext-1.0.ninja_log"
+    kept = build_root / "ext-1.0.by-1000.ninja_log"
     assert "2 objects" in said and kept.read_text() == log
-    assert kept.stat().st_uid == 0 and stat.S_IMODE(kept.stat().st_mode) == 0o644
+    # that account's alone: its next build's ninja reads it, root's build never does
+    assert kept.stat().st_uid == USER_UID and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert lessons_log("ext", "1.0", USER_UID) == f"{BUILD_ROOT}/{kept.name}"
+    assert lessons_log("ext", "1.0", 0) == f"{BUILD_ROOT}/ext-1.0.by-0.ninja_log"
     # a build killed early knows fewer objects: the fuller record stays
     (temp / ".ninja_log").write_text("# ninja log v7\n0\t5\t0\t/x/a.o\tff\n")
     assert "knows more objects" in keep_ninja_log(fs, "ext-1.0", USER_UID)

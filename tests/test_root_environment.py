@@ -3,8 +3,13 @@ root's index credentials another account's processes get (none)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import stat
 
+from steps.lessons import Learned
+from steps.units import GiB
 from tests.harness import SYSTEM_PATH, USER_UID, FakeServer
 
 
@@ -78,3 +83,45 @@ def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
     notice = next(s for s in run.stdout.splitlines() if "without root's index credentials" in s)
     assert "UV_INDEX_MIRROR_PASSWORD" in notice and "PIP_INDEX_URL" in notice
     assert "UV_DEFAULT_INDEX" in notice and "S3-" not in run.stdout + run.stderr
+
+
+def test_what_another_accounts_build_taught_never_sizes_or_orders_roots_build(
+    server: FakeServer,
+):
+    """uid 1000 compiled tinyext; what root kept of that build (the governor's lessons, the
+    .ninja_log) is keyed to uid 1000, 0600. Lessons that account's jobs could have made small
+    (10 MiB a job) are not root's: the next build, root's, sets the tree aside and forgets them
+    with it, and root's governor starts from its own key."""
+    server.machine.driver_loaded("580.105.08")
+    first = server.mlsetup("apply", "--answers", str(server.answers))
+    assert first.returncode == 0, first.stdout + first.stderr
+    builds = server.root / "var/cache/mlsetup/build"
+    small = {"largest_peak": 10 * 2**20, "peaks": [10 * 2**20] * 4, "ramps": [1.0] * 4}
+    owners = builds / "tinyext-0.1.0.by-1000.governor.json"
+    unkeyed = builds / "tinyext-0.1.0.governor.json"  # as releases before this one kept them
+    for planted in (owners, unkeyed):
+        planted.write_text(json.dumps({**small, "plateau": 0.5}))
+        planted.chmod(0o600)
+    assert Learned.starting_from(GiB, 40.0, owners).peak_job < 20 * 2**20  # believed for 1000
+    roots = builds / "tinyext-0.1.0.by-0.governor.json"
+    assert Learned.starting_from(GiB, 40.0, roots).peak_job == GiB  # not for root
+
+    shutil.rmtree(server.root / "var/cache/mlsetup/wheels")  # no wheel kept: it compiles again
+    venvs = server.base / "root-venvs"
+    venvs.mkdir(mode=0o755)
+    (server.root / str(venvs).lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (server.root / str(venvs).lstrip("/")).symlink_to(venvs)
+    server.write_answers(venv=str(venvs / "ml-env"))
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "root"\n')
+    server.answers.write_text(text)
+    sources = server.base / "src"
+    for path in [sources, *sources.rglob("*")]:  # the extension's source: root's, for root
+        os.chown(path, 0, 0)
+    second = server.mlsetup("apply", "--answers", str(server.answers))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "extensions.tinyext.build" in server.report()["ran"]
+    assert list(builds.glob("tinyext-0.1.0.set-aside-*"))  # uid 1000's tree
+    assert not owners.exists() and not unkeyed.exists()  # forgotten with it
+    for kept in builds.glob("tinyext-0.1.0.by-*"):
+        assert kept.name.startswith("tinyext-0.1.0.by-0.") and kept.stat().st_uid == 0
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
