@@ -396,6 +396,7 @@ class ExtensionBuilds:
         )
         for why in refused:
             self.run.emit(Notice(text=why))
+        self.run.outcome.wheels.update({str(path): sha for path, sha in copies.items()})
         log.info(
             "%s: wheel kept at %s; refused %d", action.id, [str(c) for c in copies], len(refused)
         )
