@@ -182,7 +182,8 @@ CMDLINE_SHOWN = 300  # characters of the holder's command line a message shows
 
 
 def _process_name(pid: int, command: bool = False) -> str:
-    """"unattended-upgr (pid 1234)"; with `command`, its command line too."""
+    """The process as a message names it, "unattended-upgr (pid 1234)"; with `command`, its
+    command line too."""
     if not pid:
         return "another process"
     try:
