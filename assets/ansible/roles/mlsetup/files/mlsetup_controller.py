@@ -192,53 +192,27 @@ def _playbook_pid() -> int:
     return found
 
 
-def _holder(fd: int) -> tuple[str, str]:
-    """The play and the ansible-playbook pid that hold the claim (the holder writes them just
-    after taking the lock: empty for a moment)."""
-    holder = ""
-    for _ in range(20):
-        holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        if holder:
-            break
-        time.sleep(0.1)
-    play, _, pid = holder.partition(" ")
-    return play, pid
-
-
-def _alive(pid: str) -> bool:
-    """Whether the process runs (a zombie, ended but not yet reaped, does not)."""
-    if not pid.isdigit():
-        return True  # not known: taken as running
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def claim(reports: Path, play: str) -> dict:
     reports.mkdir(parents=True, exist_ok=True)
     fd = os.open(reports / CLAIM, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    # the lock of a play that has just ended is let go within a second or two (its holder
-    # looks at that play's ansible-playbook every second)
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            held_play, pid = _holder(fd)
-            if held_play == play:
-                os.close(fd)
-                return {"claimed": True}
-            if _alive(pid) or time.monotonic() > deadline:
-                os.close(fd)
-                fail(
-                    f"another play (ansible-playbook pid {pid or '?'}) is using the reports "
-                    f"directory {reports}: its hosts' reports would be overwritten. Wait for it "
-                    "to end, or give this play another mlsetup_reports_dir"
-                )
-            time.sleep(0.2)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        for _ in range(20):  # the holder writes who it is just after taking the lock
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            if holder:
+                break
+            time.sleep(0.1)
+        os.close(fd)
+        held_play, _, pid = holder.partition(" ")
+        if held_play == play:
+            return {"claimed": True}
+        fail(
+            f"another play (ansible-playbook pid {pid or '?'}) is using the reports directory "
+            f"{reports}: its hosts' reports would be overwritten. Wait for it to end, or give "
+            "this play another mlsetup_reports_dir"
+        )
     playbook = _playbook_pid()
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{play} {playbook}\n".encode(), 0)
@@ -247,9 +221,14 @@ def claim(reports: Path, play: str) -> dict:
         devnull = os.open(os.devnull, os.O_RDWR)
         for std in (0, 1, 2):
             os.dup2(devnull, std)
-        while _alive(str(playbook)):
+        while True:
+            try:
+                os.kill(playbook, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:
+                pass
             time.sleep(1)
-        os._exit(0)
     os.close(fd)
     return {"claimed": True}
 
