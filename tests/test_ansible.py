@@ -24,7 +24,7 @@ import pytest
 
 from steps.events import PlanMade
 from tests.common import REPO
-from tests.harness import FakeServer, wait_for
+from tests.harness import FakeServer
 
 pytest.importorskip("ansible", reason="ansible-core is a test extra: pip install -e .[test]")
 
@@ -51,9 +51,12 @@ def ansible_playbook() -> str:
     return found
 
 
-def playbook_env(base: Path, cfg: Path, **settings: str) -> dict[str, str]:
-    """This test's ansible.cfg and home (never the invoking account's ANSIBLE_* settings) and
-    plain YAML results; `settings`: more ANSIBLE_* variables."""
+def run_playbook(
+    base: Path, cfg: Path, inventory: Path, *args: str, timeout: float, **settings: str
+) -> subprocess.CompletedProcess:
+    """The role's playbook as an operator runs it from `base`, with this test's ansible.cfg
+    and home (never the invoking account's ANSIBLE_* settings) and plain YAML results;
+    `settings`: more ANSIBLE_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(
         ANSIBLE_CONFIG=str(cfg),
@@ -62,18 +65,11 @@ def playbook_env(base: Path, cfg: Path, **settings: str) -> dict[str, str]:
         ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
         **settings,
     )
-    return env
-
-
-def run_playbook(
-    base: Path, cfg: Path, inventory: Path, *args: str, timeout: float, **settings: str
-) -> subprocess.CompletedProcess:
-    """The role's playbook as an operator runs it from `base` (`playbook_env`)."""
     return subprocess.run(
         [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), *args],
         capture_output=True,
         text=True,
-        env=playbook_env(base, cfg, **settings),
+        env=env,
         cwd=base,
         timeout=timeout,
     )
@@ -384,34 +380,6 @@ def test_a_replaced_wheel_is_passed_over_built_from_source_and_reaches_no_finish
     now = wheel.read_bytes()
     recorded = wheel.with_name(wheel.name + ".sha256").read_text().split()[0]
     assert now != bad and hashlib.sha256(now).hexdigest() == recorded
-
-
-@FLEET
-def test_a_second_play_over_the_same_reports_is_refused_while_the_first_runs(fleet: Fleet):
-    fleet.third()
-    first = subprocess.Popen(
-        [ansible_playbook(), "-i", str(fleet.inventory), str(PLAYBOOK)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=playbook_env(
-            fleet.base, fleet.cfg, ANSIBLE_ASYNC_DIR=str(fleet.base / "ansible-async")
-        ),
-        cwd=fleet.base,
-    )
-    claim = fleet.controller / "reports" / ".play.lock"
-    wait_for(lambda: claim.exists() and claim.read_text().strip() != "", timeout=300)
-    holder = claim.read_text().split()[1]
-    second = fleet.play()
-    out, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, out[-6000:]
-    assert second.returncode != 0, shown(second)
-    said = f"another play (ansible-playbook pid {holder}) is using the reports directory"
-    assert said in second.stdout, shown(second)
-    assert "Forget the host's report" not in second.stdout  # nothing of the first's touched
-    for host in HOSTS:  # the first play's reports, each of the same play
-        assert fleet.report(host)["outcome"] == "done"
-    assert len({fleet.report(host)["play"] for host in HOSTS}) == 1
 
 
 def test_install_from_source_then_skip_the_same_version(tmp_path: Path):

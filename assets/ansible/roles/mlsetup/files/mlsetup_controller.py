@@ -16,13 +16,6 @@
       the first host that asks then (each asks as it ends; a file in REPORTS remembers the
       play it was shown for). -> {"show", "lines"}
 
-  mlsetup_controller.py claim REPORTS PLAY
-      The reports directory for this play (PLAY) alone while its ansible-playbook runs: a
-      second play over the same directory is refused (its hosts would overwrite and
-      contradict this play's reports). The claim is a lock held by a small process that ends
-      with this play's ansible-playbook; each host of the play claims it again, which is
-      granted. -> {"claimed"}
-
 Errors go to stderr with exit code 2.
 """
 
@@ -37,7 +30,6 @@ import os
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 import tomllib
@@ -171,68 +163,6 @@ def summary(reports: Path, play: str, hosts: list[str]) -> dict:
     return {"show": True, "lines": lines}
 
 
-CLAIM = ".play.lock"
-
-
-def _playbook_pid() -> int:
-    """The ansible-playbook process this helper runs under: its furthest ancestor by that name
-    (the nearer ones are the workers it forks for each task, gone when the task ends), else
-    the parent."""
-    found = os.getppid()
-    pid = found
-    while pid > 1:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        if any(Path(a.decode(errors="replace")).name == "ansible-playbook" for a in argv[:3]):
-            found = pid
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the ppid, after the command's name
-    return found
-
-
-def claim(reports: Path, play: str) -> dict:
-    reports.mkdir(parents=True, exist_ok=True)
-    fd = os.open(reports / CLAIM, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = ""
-        for _ in range(20):  # the holder writes who it is just after taking the lock
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-            if holder:
-                break
-            time.sleep(0.1)
-        os.close(fd)
-        held_play, _, pid = holder.partition(" ")
-        if held_play == play:
-            return {"claimed": True}
-        fail(
-            f"another play (ansible-playbook pid {pid or '?'}) is using the reports directory "
-            f"{reports}: its hosts' reports would be overwritten. Wait for it to end, or give "
-            "this play another mlsetup_reports_dir"
-        )
-    playbook = _playbook_pid()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{play} {playbook}\n".encode(), 0)
-    if os.fork() == 0:  # the holder: keeps the lock until the play's ansible-playbook ends
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for std in (0, 1, 2):
-            os.dup2(devnull, std)
-        while True:
-            try:
-                os.kill(playbook, 0)
-            except ProcessLookupError:
-                os._exit(0)
-            except PermissionError:
-                pass
-            time.sleep(1)
-    os.close(fd)
-    return {"claimed": True}
-
-
 def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[0] == "pack":
         result = pack(Path(argv[1]), Path(argv[2]))
@@ -240,12 +170,10 @@ def main(argv: list[str]) -> None:
         result = answers(Path(argv[1]), Path(argv[2]))
     elif len(argv) >= 3 and argv[0] == "summary":
         result = summary(Path(argv[1]), argv[2], argv[3:])
-    elif len(argv) == 3 and argv[0] == "claim":
-        result = claim(Path(argv[1]), argv[2])
     else:
         fail(
             "usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE SOURCE | "
-            "summary REPORTS PLAY HOST... | claim REPORTS PLAY"
+            "summary REPORTS PLAY HOST..."
         )
     print(json.dumps(result))
 
