@@ -20,6 +20,7 @@ from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
 from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.facts import load_facts
 from steps.paths import Paths
+from steps.printable import printable
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.runner import carried_environment
@@ -178,7 +179,7 @@ def _view(fs: RootFS, ticket: str | None, then: Callable[[], str] = lambda: RESU
         printer(event)
     if follower.finished is not None:
         return follower.finished.code
-    sys.stderr.write(f"mlsetup: {follower.lost()}\n")
+    sys.stderr.write(f"mlsetup: {printable(follower.lost())}\n")
     return EXIT_FAILED
 
 

@@ -19,6 +19,7 @@ from steps.facts import Facts, load_facts
 from steps.knowledge import ASSETS_DIR, use_root
 from steps.plan import Plan
 from steps.planner import resolve_and_plan
+from steps.printable import printable
 from steps.rootfs import RootFS
 from steps.settings import settings
 
@@ -198,11 +199,12 @@ def _lock(args: argparse.Namespace, answers: Answers) -> int:
     else:
         sources = f"; built from source at apply: {', '.join(lock.sources)}" if lock.sources else ""
         decided = f", decided by {', '.join(lock.decided_by)}" if lock.decided_by else ""
-        print(
+        said = (
             f"{args.output}: torch {lock.torch} ({lock.build}) for Python {lock.python} on "
             f"{lock.platform}{decided}; {len(lock.packages)} packages pinned with hashes, from "
             f"{lock.index}{sources}{lock.held_back_text}"
         )
+        print(printable(said))
     return EXIT_OK
 
 
@@ -268,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         # stdout is block-buffered: all of `--help` is written only then).
         sys.stdout.flush()
     except MlsetupError as exc:
-        print(f"mlsetup: {refusal(exc)}", file=sys.stderr)
+        print(f"mlsetup: {printable(refusal(exc))}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED

@@ -27,6 +27,7 @@ from steps.events import (
 )
 from steps.facts import Facts
 from steps.plan import Plan
+from steps.printable import printable
 from steps.units import clock, duration
 from steps.warnings import machine_warnings
 
@@ -37,7 +38,7 @@ def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = Tr
     if shown:
         lines.append("")
         lines += [f"warning: {w}" for w in shown]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
 
 
 def plan_text(plan: Plan) -> str:
@@ -56,11 +57,12 @@ def plan_text(plan: Plan) -> str:
     lines.append(
         f"{pending} action(s) to run." if pending else "Nothing to do: every step is satisfied."
     )
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
 
 
 class ConsolePrinter:
-    """Events as plain progress lines, fit for a terminal, a log file or cloud-init."""
+    """Events as plain progress lines, fit for a terminal, a log file or cloud-init; what they
+    carry from outside (output, diagnoses, lock notes) written `printable`."""
 
     HEARTBEAT = 30.0  # seconds of quiet before a long action says it is still running
     TAIL = 15  # output lines shown above a failure
@@ -77,11 +79,12 @@ class ConsolePrinter:
     def _print(self, t: float, text: str, step: str | None = None) -> None:
         if self.t0 is None:
             self.t0 = t
-        self.out.write(
-            f"[{clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n"
-        )
+        self._write(f"[{clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n")
         self.out.flush()
         self.last_print = t
+
+    def _write(self, text: str) -> None:
+        self.out.write(printable(text))
 
     # One handler per event type (an event type without one prints nothing).
     @functools.singledispatchmethod
@@ -181,12 +184,12 @@ class ConsolePrinter:
         self._print(event.t, f"✗ {event.what}", event.step)
         pad = " " * 8
         if self.tail:
-            self.out.write(f"{pad}last output:\n")
+            self._write(f"{pad}last output:\n")
             for line in self.tail:
-                self.out.write(f"{pad}  | {line}\n")
-        self.out.write(f"{pad}why:  {event.why}\n{pad}next: {event.next}\n")
+                self._write(f"{pad}  | {line}\n")
+        self._write(f"{pad}why:  {event.why}\n{pad}next: {event.next}\n")
         if event.log:
-            self.out.write(f"{pad}log:  {event.log}\n")
+            self._write(f"{pad}log:  {event.log}\n")
 
     @__call__.register
     def _finished(self, event: Finished) -> None:

@@ -254,13 +254,14 @@ class ActionRunner:
                 )
             )
         timeout = self.run.req.dpkg_lock_timeout
-        if not wait_for_dpkg(
+        holder = wait_for_dpkg(
             self.run.fs, timeout, lambda text: self.run.emit(Waiting(reason=text))
-        ):
+        )
+        if holder is not None:
             self.run.fail(
                 Fault(
                     step,
-                    f"the dpkg lock was still held after {timeout:.0f}s",
+                    f"the dpkg lock was still held after {timeout:.0f}s, by {holder}",
                     action=action,
                     log=log_path,
                     diagnosis=diagnose(

@@ -162,24 +162,41 @@ def dpkg_lock_holder(fs: RootFS) -> int | None:
 
 def wait_for_dpkg(
     fs: RootFS, timeout: float, on_wait: Callable[[str], None], poll: float = 0.5
-) -> bool:
-    """Wait until no one holds the dpkg lock; False if it is still held after `timeout`."""
+) -> str | None:
+    """Wait until no one holds the dpkg lock: None once it is free, or, when it is still held
+    after `timeout`, who holds it (its name, pid and command line)."""
     deadline = time.monotonic() + timeout
     announced = False
     while (holder := dpkg_lock_holder(fs)) is not None:
         if time.monotonic() >= deadline:
-            return False
+            return _process_name(holder, command=True)
         if not announced:
             who = _process_name(holder)
             on_wait(f"the dpkg lock is held by {who}; waiting up to {timeout:.0f}s for it")
             announced = True
         time.sleep(poll)
-    return True
+    return None
 
 
-def _process_name(pid: int) -> str:
+CMDLINE_SHOWN = 300  # characters of the holder's command line a message shows
+
+
+def _process_name(pid: int, command: bool = False) -> str:
+    """The process as a message names it, "unattended-upgr (pid 1234)"; with `command`, its
+    command line too."""
+    if not pid:
+        return "another process"
     try:
         name = Path(f"/proc/{pid}/comm").read_text().strip()
-        return f"{name} (pid {pid})"
     except OSError:
-        return f"pid {pid}" if pid else "another process"
+        return f"pid {pid}"
+    if not command:
+        return f"{name} (pid {pid})"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(CMDLINE_SHOWN + 1).rstrip(b"\0").replace(b"\0", b" ")
+    except OSError:
+        return f"{name} (pid {pid})"
+    shown = argv.decode("utf-8", "replace")
+    shown = shown if len(shown) <= CMDLINE_SHOWN else shown[:CMDLINE_SHOWN] + " ..."
+    return f"{name} (pid {pid}: {shown})"

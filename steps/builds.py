@@ -18,7 +18,15 @@ import psutil
 
 from steps.accounts import Account, account_by_uid, lookup_account
 from steps.applyrun import ApplyRun, Fault
-from steps.buildtools import check_root_only, keep_ninja_log, ninja_path, tools_of
+from steps.buildtools import (
+    check_root_only,
+    forget_kept,
+    keep_ninja_log,
+    kept_name,
+    lessons_log,
+    ninja_path,
+    tools_of,
+)
 from steps.choices import BuildTarget
 from steps.cxxstd import HEADER, setup_passes
 from steps.diagnose import diagnose
@@ -158,7 +166,8 @@ class ExtensionBuilds:
         aside = f"{name}.set-aside-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         os.rename(name, aside, src_dir_fd=build_fd, dst_dir_fd=build_fd)
         manifest.unlink(missing_ok=True)
-        log.info("build tree %s %s: set aside as %s", name, why, aside)
+        forgotten = forget_kept(build_fd, name)  # its builds' lessons go with it
+        log.info("build tree %s %s: set aside as %s; forgot %s", name, why, aside, forgotten)
         self.run.emit(
             Notice(
                 text=f"the build tree {BUILD_ROOT}/{name} {why}: nothing in it runs again; set "
@@ -204,16 +213,9 @@ class ExtensionBuilds:
         try:
             return self._attempts(action, log_path, started, ceiling, tools)
         finally:
-            owner = lookup_account(self.run.fs, action.user) if action.user else None
-            log.info(
-                "%s: %s",
-                action.id,
-                keep_ninja_log(
-                    self.run.fs,
-                    tree_name(target.answer.name, target.answer.version),
-                    owner.uid if owner else os.geteuid(),
-                ),
-            )
+            tree = tree_name(target.answer.name, target.answer.version)
+            kept = keep_ninja_log(self.run.fs, tree, self._builder(action))
+            log.info("%s: %s", action.id, kept)
 
     def _attempts(
         self,
@@ -316,6 +318,11 @@ class ExtensionBuilds:
             }
         return {}
 
+    def _builder(self, action: Action) -> int:
+        """The uid the compile runs as."""
+        owner = lookup_account(self.run.fs, action.user) if action.user else None
+        return owner.uid if owner else os.geteuid()
+
     def _governor(self, action: Action, ceiling: int | None) -> Governor:
         target = self._target(action)
         tree = self._build_tree(target)
@@ -327,8 +334,11 @@ class ExtensionBuilds:
             reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
             peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
             # beside the tree, in root's directory: the tree belongs to the account that
-            # compiles, and root must not read what that account may have swapped in
-            lessons_file=tree.with_name(f"{tree.name}.governor.json"),
+            # compiles, and root must not read what that account may have swapped in; one file
+            # for each compiling account, so that what one's jobs showed never sizes another's
+            lessons_file=tree.with_name(
+                kept_name(tree.name, self._builder(action), "governor.json")
+            ),
             jobserver_dir=self.run.fs.path(RUNTIME_DIR),
             action=action.id,
             stopped_file=self.run.stopped_jobs,
@@ -350,11 +360,16 @@ class ExtensionBuilds:
             started(pid)
             governor.attach(pid)
 
+        target = self._target(action)
+        kept = {}
+        if target.recipe.longest_first:  # the times its own last build took, for its ninja
+            name, version = target.answer.name, target.answer.version
+            kept["MLSETUP_OBJECT_LESSONS"] = lessons_log(name, version, self._builder(action))
         with governor:
             return self.run.runner.run(
                 action,
                 log_path,
-                extra_env={**governor.env(), **tools},
+                extra_env={**governor.env(), **kept, **tools},
                 on_line=governor.feed_line,
                 on_start=govern,
                 end_leftovers=True,  # the step ends with its main process (docs/design.md, "Trust")
@@ -381,6 +396,7 @@ class ExtensionBuilds:
         )
         for why in refused:
             self.run.emit(Notice(text=why))
+        self.run.outcome.wheels.update({str(path): sha for path, sha in copies.items()})
         log.info(
             "%s: wheel kept at %s; refused %d", action.id, [str(c) for c in copies], len(refused)
         )

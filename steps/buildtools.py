@@ -14,9 +14,9 @@ named by the build environment:
 - assets/buildtools/bin/, on PATH before the venv's bin directory, holds a `ninja` that orders
   build.ninja longest object first, balanced over the governor's job slots, and execs the venv's
   ninja (assets/buildtools/order_ninja.py). Its expected times come from the tree's own
-  .ninja_log, the copy of an earlier build's log root keeps beside the tree
-  (`MLSETUP_OBJECT_LESSONS`), or the recipe's shipped profile (`MLSETUP_OBJECT_PROFILE`). A
-  recipe opts out with `longest_first = false`.
+  .ninja_log, the copy of an earlier build's log root keeps beside the tree for the same
+  compiling account (`MLSETUP_OBJECT_LESSONS`), or the recipe's shipped profile
+  (`MLSETUP_OBJECT_PROFILE`). A recipe opts out with `longest_first = false`.
 
 The tools are code another account runs on root's behalf, so root checks before each compile
 that no account but root can change them (`check_root_only`), as for anything it hands out.
@@ -24,7 +24,9 @@ that no account but root can change them (`check_root_only`), as for anything it
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
 from importlib import resources
 from pathlib import Path
@@ -37,7 +39,7 @@ from steps.rootfs import RootFS
 from steps.safefs import UnsafeFile, open_dir, read_bounded, walk
 from steps.state import write_atomic
 from steps.units import MiB
-from steps.wheels import BUILD_ROOT, build_dir
+from steps.wheels import BUILD_ROOT, tree_name
 
 TOOLS = Path(str(resources.files("assets"))) / "buildtools"
 NVCC = TOOLS / "nvcc"
@@ -57,9 +59,35 @@ def cuda_archs(recipe: ExtensionRecipe, compute_capabilities: list[str]) -> str:
     return " ".join(sorted(numbers, key=int))
 
 
-def lessons_log(name: str, version: str) -> str:
-    """Root's copy of the last build's .ninja_log, beside the build tree (a target path)."""
-    return f"{build_dir(name, version)}.ninja_log"
+def kept_name(tree: str, builder: int, what: str) -> str:
+    """The name, beside the build tree `tree`, of what root keeps of its builds by the account
+    `builder` (uid): "ninja_log" (a copy of the last build's .ninja_log) or "governor.json"
+    (the memory governor's lessons). Each account's builds steer only its own next build: what
+    the compiling account wrote, or made its jobs show, never orders or sizes root's."""
+    return f"{tree}.by-{builder}.{what}"
+
+
+KEPT = ("ninja_log", "governor.json")
+
+
+def forget_kept(build_fd: int, tree: str) -> list[str]:
+    """Remove what root kept of the builds of `tree` by any account (and the unkeyed copies
+    of earlier releases), in root's build directory `build_fd`: a tree set aside takes its
+    history with it. Returns the names removed."""
+    keyed = re.compile(re.escape(f"{tree}.by-") + r"[0-9]+\.(?:ninja_log|governor\.json)")
+    unkeyed = {f"{tree}.{what}" for what in KEPT}
+    removed = []
+    for name in os.listdir(build_fd):
+        if keyed.fullmatch(name) or name in unkeyed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=build_fd)
+                removed.append(name)
+    return removed
+
+
+def lessons_log(name: str, version: str, builder: int) -> str:
+    """Root's copy of the last build's .ninja_log by `builder`, beside the tree (a target path)."""
+    return f"{BUILD_ROOT}/{kept_name(tree_name(name, version), builder, 'ninja_log')}"
 
 
 def tool_env(
@@ -77,10 +105,8 @@ def tool_env(
         env["PYTORCH_NVCC"] = str(NVCC)
         env["CXX"] = str(CXX)
         env["MLSETUP_CXX_STD"] = str(recipe.compile_as_cxx)
-    if recipe.longest_first:
-        env["MLSETUP_OBJECT_LESSONS"] = lessons_log(name, version)
-        if recipe.object_profile:
-            env["MLSETUP_OBJECT_PROFILE"] = str(TOOLS.parent / PROFILES / recipe.object_profile)
+    if recipe.longest_first and recipe.object_profile:
+        env["MLSETUP_OBJECT_PROFILE"] = str(TOOLS.parent / PROFILES / recipe.object_profile)
     return env
 
 
@@ -121,7 +147,7 @@ def check_root_only(path: Path) -> None:
 
 def keep_ninja_log(fs: RootFS, tree: str, builder: int) -> str:
     """Copy the .ninja_log of the build in BUILD_ROOT/`tree` (the compiling account's, uid
-    `builder`) beside the tree as root's own, readable by the next build's ninja; kept only when
+    `builder`) beside the tree, 0600 and that account's, for its next build's ninja; kept only when
     it knows no fewer objects than the copy there (a build killed early knows less). Returns
     what happened, for the decisions log."""
     try:
@@ -130,14 +156,16 @@ def keep_ninja_log(fs: RootFS, tree: str, builder: int) -> str:
         return f"no .ninja_log kept: {exc}"
     if text is None:
         return "no .ninja_log in the build tree"
-    kept = fs.path(BUILD_ROOT) / f"{tree}.ninja_log"
+    kept = fs.path(BUILD_ROOT) / kept_name(tree, builder, "ninja_log")
     try:
-        old = read_bounded(kept, NINJA_LOG_LIMIT, owner=os.geteuid()).decode("utf-8", "replace")
+        old = read_bounded(kept, NINJA_LOG_LIMIT, owner=builder).decode("utf-8", "replace")
     except OSError:
         old = ""
     if _entries(text) < _entries(old):
         return f"kept the earlier {kept.name}: it knows more objects than this build's"
-    write_atomic(kept, text, mode=0o644, durable=False)
+    # the builder's own (its next build's ninja reads it), private, in root's directory
+    write_atomic(kept, text, mode=0o600, durable=False)
+    os.chown(kept, builder, -1, follow_symlinks=False)
     return f"kept this build's .ninja_log ({_entries(text)} objects) as {kept}"
 
 

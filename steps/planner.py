@@ -67,10 +67,15 @@ def plan_for(
     choices = choose(facts, answers, stack.lock)
     check_on_machine(choices, answers, fs)  # before root looks into the venv directory
     venv = probe_venv(fs, choices.venv_path)
+    passed_over: list[str] = []
     wheels = find_wheels(
-        fs, answers.build.wheelhouse, wanted_wheels(choices, venv), choices.owner.run_as
+        fs,
+        answers.build.wheelhouse,
+        wanted_wheels(choices, venv),
+        choices.owner.run_as,
+        passed_over,
     )
-    return make_plan(facts, answers, venv, wheels, stack.lock, stack.notes)
+    return make_plan(facts, answers, venv, wheels, stack.lock, (*stack.notes, *passed_over))
 
 
 def resolve_and_plan(fs: RootFS, facts: Facts, answers: Answers, on_machine: bool) -> Plan:

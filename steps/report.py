@@ -161,6 +161,11 @@ class Report(_Strict):
         description="null before a stack was settled, or when an offline venv was kept unlocked"
     )
     smoke: Smoke = Field(description="the smoke tests' results")
+    wheels: dict[str, str] = Field(
+        default_factory=dict,
+        description="each wheel this invocation built and kept (its path: the machine's cache, "
+        "the wheelhouse) with its sha256, also written beside it as <wheel>.sha256",
+    )
     log_dir: str = Field(
         description="this run's logs: events.jsonl, one log per action, decisions.log"
     )
@@ -179,6 +184,7 @@ class Outcome:
     failure: Failure | None = None
     # the smoke tests' results, when they ran: "stack" (after the sync), "after_extensions"
     smoke: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    wheels: dict[str, str] = field(default_factory=dict)  # each wheel kept -> its sha256
 
 
 def make_report(
@@ -203,6 +209,7 @@ def make_report(
             stack=outcome.smoke.get("stack"),
             after_extensions=outcome.smoke.get("after_extensions"),
         ),
+        wheels=dict(outcome.wheels),
         log_dir=str(log_dir),
         time=time.time(),
     )

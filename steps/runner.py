@@ -26,9 +26,11 @@ import psutil
 from steps.accounts import Account, lookup_account
 from steps.events import EventSink, Notice, Output
 from steps.leftovers import Leftovers
+from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
-from steps.safefs import open_append
+from steps.safefs import Untrusted, open_append, open_trusted_dir
+from steps.stack.index import withhold_credentials
 from steps.stack.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -80,6 +82,35 @@ def passthrough_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def carried_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return _pick(environ, CARRIED, CARRIED_PREFIXES)
+
+
+def trusted_path(path: str) -> tuple[str, list[str]]:
+    """`path` with only the directories root may look commands up in: absolute, and, with
+    every directory above them, no account's but root's (or this process's own account) and
+    writable by no other (steps.safefs.open_trusted_dir). Each kept entry is its real path,
+    so a link another account re-points later changes nothing. Returns the PATH and, for each
+    entry dropped, what was wrong with it; an entry that does not exist is dropped unsaid."""
+    owners = {0, os.geteuid()}
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in path.split(":"):
+        if not entry.startswith("/"):
+            dropped.append(f"{entry!r}: not an absolute path (the current directory)")
+            continue
+        try:
+            os.close(open_trusted_dir(entry, owners))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except Untrusted as exc:
+            dropped.append(f"{entry}: {exc.filename} {exc.strerror}")
+            continue
+        except OSError as exc:
+            dropped.append(f"{entry}: {exc.strerror or exc}")
+            continue
+        real = os.path.realpath(entry)
+        if real not in kept:
+            kept.append(real)
+    return ":".join(kept), dropped
 
 
 def root_caches(home: str) -> dict[str, str]:
@@ -152,8 +183,18 @@ class Runner:
         self.fs = fs
         self.sink = sink
         environ = os.environ if environ is None else environ
-        self.base_path = base_path or environ.get("PATH", SYSTEM_PATH)
+        self.base_path, dropped = trusted_path(base_path or environ.get("PATH", SYSTEM_PATH))
         self.passthrough = passthrough_environment(environ)
+        self._withheld_said: set[tuple[str, tuple[str, ...]]] = set()
+        # said with the first command run, once the engine's event stream is open
+        self._path_notice = (
+            Notice(
+                text="PATH: left out where commands are looked up, as another account could "
+                f"put a program there that root would run: {'; '.join(dropped)}"
+            )
+            if dropped
+            else None
+        )
 
     def resolve(self, program: str) -> str:
         """argv[0] as an absolute path: found on the engine's PATH, then beside mlsetup (uv)."""
@@ -174,6 +215,29 @@ class Runner:
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}
+        if account is not None and account.uid != os.geteuid():
+            env = self._without_roots_credentials(env, action, account)
+        return env
+
+    def _without_roots_credentials(
+        self, env: dict[str, str], action: Action, account: Account
+    ) -> dict[str, str]:
+        """The index credentials of root's environment and its root-only settings are root's:
+        never given to another account, which can read its own processes' environment. Said
+        once for each account and the variables it went without."""
+        env, withheld = withhold_credentials(env)
+        said = (account.name, tuple(withheld))
+        if withheld and said not in self._withheld_said:
+            self._withheld_said.add(said)
+            self.sink(
+                Notice(
+                    text=f"{action.id} runs as {account.name} without root's index credentials "
+                    f"({', '.join(withheld)}: left out, or the user:password taken out of their "
+                    f"URLs): {account.name} can read what its processes are given. Where the "
+                    f"index needs them, give {account.name} its own (its ~/.netrc), or put "
+                    "them in torch.index_url of the answers for that account to use"
+                )
+            )
         return env
 
     def run(
@@ -189,6 +253,9 @@ class Runner:
         ends (the output read then stops). `end_leftovers` (a build): what the command left
         running (a daemon a build backend double-forked, its process group, its session) is
         ended then: this process is their subreaper meanwhile, so none escapes to init."""
+        if self._path_notice is not None:
+            self.sink(self._path_notice)
+            self._path_notice = None
         account = None
         if action.user is not None:
             account = lookup_account(self.fs, action.user)
@@ -301,13 +368,14 @@ def _stream(
     line: Callable[[bytes], None],
     look: Callable[[bool], None],
 ) -> None:
-    """Copy the command's output to `log` and hand on each line, until end-of-file or, once
-    its main process has ended, until it has been quiet for POLL_S or DRAIN_S have passed:
-    whatever it left holding the pipe does not hold the step. `look(main_ended)` is called
-    every LEFTOVERS_EVERY_S while it runs and once when its main process has ended."""
+    """Copy the command's output to `log` and hand on each line (cut to LINE_KEEP bytes), until
+    end-of-file or, once its main process has ended, until it has been quiet for POLL_S or
+    DRAIN_S have passed: whatever it left holding the pipe does not hold the step.
+    `look(main_ended)` is called every LEFTOVERS_EVERY_S while it runs and once when its main
+    process has ended."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
-    pending = b""
+    lines = LineCutter()
     drain_until: float | None = None
     looked = time.monotonic()
     while True:
@@ -320,8 +388,7 @@ def _stream(
                 break
             log.write(chunk)
             log.flush()
-            *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
+            for raw in lines.feed(chunk):
                 line(raw)
         elif drain_until is not None:
             break
@@ -333,5 +400,6 @@ def _stream(
         elif drain_until is None and time.monotonic() - looked >= LEFTOVERS_EVERY_S:
             look(False)
             looked = time.monotonic()
-    if pending:
-        line(pending)
+    rest = lines.rest()
+    if rest is not None:
+        line(rest)

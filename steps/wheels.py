@@ -9,13 +9,17 @@ directory (answers build.wheelhouse) laid out the same way.
 
 The wheel just built sits in the compiling account's build tree, and a wheelhouse may belong to
 the operator: root reads and writes both only through steps.safefs (docs/design.md, "Trust").
+Beside each wheel it keeps goes `<wheel>.sha256` (as sha256sum writes it), and the run's report
+names each with its hash: a wheel in the wheelhouse whose hash is not the one beside it (a
+truncated copy, another build put in its place) is passed over, said why, and built again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -27,6 +31,7 @@ from steps.safefs import (
     copy_into,
     open_dir,
     open_regular,
+    read_bounded,
     single_component,
     trusted_dir,
     walk,
@@ -60,17 +65,25 @@ def tree_name(name: str, version: str) -> str:
 
 
 def find_wheels(
-    fs: RootFS, wheelhouse: str, wanted: Mapping[str, tuple[str, str]], operator: str | None
+    fs: RootFS,
+    wheelhouse: str,
+    wanted: Mapping[str, tuple[str, str]],
+    operator: str | None,
+    passed_over: list[str] | None = None,
 ) -> dict[str, str]:
     """For each key wanted (key -> (package, version)), a directory holding its wheel: the
     machine's cache first, then the fleet's wheelhouse (used only while no account but root
-    and `operator` can write it). Paths are on the target machine."""
+    and `operator` can write it, and only a wheel whose sha256 is the one kept beside it).
+    Paths are on the target machine. `passed_over`: each wheelhouse wheel not used, and why."""
     trusted = {os.geteuid(), _uid_of(fs, operator)}
     found = {}
+    skipped = [] if passed_over is None else passed_over
     for key, (package, version) in wanted.items():
         if _has_wheel(fs.path(WHEEL_CACHE), {os.geteuid()}, key, package, version):
             found[key] = f"{WHEEL_CACHE}/{key}"
-        elif wheelhouse and _has_wheel(Path(wheelhouse), trusted, key, package, version):
+        elif wheelhouse and _has_wheel(
+            Path(wheelhouse), trusted, key, package, version, hashed=skipped
+        ):
             found[key] = f"{wheelhouse}/{key}"
     return found
 
@@ -83,13 +96,13 @@ def publish(
     version: str,
     wheelhouse: str,
     operator: str | None,
-) -> tuple[list[Path], list[str]]:
+) -> tuple[dict[Path, str], list[str]]:
     """Copy the wheel just built (in BUILD_ROOT/`tree`/wheels, written by `operator`, None:
-    root) into the machine's cache and the wheelhouse. Returns where it went, and what was
-    refused and why."""
+    root) into the machine's cache and the wheelhouse, each with its `.sha256` beside it.
+    Returns where it went (with its sha256), and what was refused and why."""
     builder = _uid_of(fs, operator)
     trusted = {os.geteuid(), builder}
-    out: list[Path] = []
+    out: dict[Path, str] = {}
     refused: list[str] = []
     sources = _open_built(fs, tree, package, version, builder, refused)
     if not sources:
@@ -142,7 +155,7 @@ def _open_built(
 
 
 def _copy_all(
-    sources: Mapping[str, int], base: Path, owners: set[int], key: str, out: list[Path]
+    sources: Mapping[str, int], base: Path, owners: set[int], key: str, out: dict[Path, str]
 ) -> None:
     base_fd = trusted_dir(base, owners)
     try:
@@ -151,14 +164,53 @@ def _copy_all(
         os.close(base_fd)
     try:
         for name, fd in sources.items():
+            digest = sha256_of(fd)
             os.lseek(fd, 0, os.SEEK_SET)
             copy_into(fd, key_fd, name, limit=WHEEL_LIMIT)  # readers never see half a wheel
-            out.append(base / key / name)
+            with _text_fd(f"{digest}  {name}\n") as text_fd:
+                copy_into(text_fd, key_fd, f"{name}{HASH_SUFFIX}", limit=HASH_LIMIT)
+            out[base / key / name] = digest
     finally:
         os.close(key_fd)
 
 
-def _has_wheel(base: Path, owners: set[int], key: str, package: str, version: str) -> bool:
+HASH_SUFFIX = ".sha256"
+HASH_LIMIT = 4096
+
+
+def sha256_of(fd: int) -> str:
+    """The sha256 of the open file `fd`, read from its start (bounded by WHEEL_LIMIT)."""
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        offset += len(chunk)
+        if offset > WHEEL_LIMIT:
+            raise OSError(0, f"is larger than {WHEEL_LIMIT} bytes")
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _text_fd(text: str) -> Iterator[int]:
+    fd = os.memfd_create("mlsetup-sha256")
+    try:
+        os.write(fd, text.encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _has_wheel(
+    base: Path,
+    owners: set[int],
+    key: str,
+    package: str,
+    version: str,
+    hashed: list[str] | None = None,
+) -> bool:
+    """Whether `base`/`key` holds a wheel of `package` `version`. `hashed` (the wheelhouse):
+    only one whose sha256 is the one beside it counts; each that is not is said there."""
     try:
         base_fd = trusted_dir(base, owners, mode=None)
         try:
@@ -168,12 +220,50 @@ def _has_wheel(base: Path, owners: set[int], key: str, package: str, version: st
     except OSError:  # none there, or one that other accounts could have filled
         return False
     try:
-        return any(
-            _is_wheel_of(name, package, version) and _is_regular(key_fd, name)
-            for name in os.listdir(key_fd)
-        )
+        names = [n for n in os.listdir(key_fd) if _is_wheel_of(n, package, version)]
+        if hashed is None:
+            return any(_is_regular(key_fd, name) for name in names)
+        return any(_as_hashed(key_fd, base / key, name, hashed) for name in names)
     finally:
         os.close(key_fd)
+
+
+def _as_hashed(key_fd: int, where: Path, name: str, said: list[str]) -> bool:
+    """Whether the wheel `name` is whole and the one built: its sha256 is the one its builder
+    wrote beside it. If not, why, in `said`."""
+    try:
+        fd = open_regular(name, dir_fd=key_fd)
+    except OSError as exc:
+        said.append(f"{where}/{name}: {exc.strerror}: passed over, built from source")
+        return False
+    try:
+        return _check_hash(fd, key_fd, where, name, said)
+    finally:
+        os.close(fd)
+
+
+def _check_hash(fd: int, key_fd: int, where: Path, name: str, said: list[str]) -> bool:
+    try:
+        recorded = read_bounded(f"{name}{HASH_SUFFIX}", HASH_LIMIT, dir_fd=key_fd).decode()
+    except (OSError, UnicodeDecodeError):
+        said.append(
+            f"{where}/{name}: no {name}{HASH_SUFFIX} beside it (its builder records the wheel's "
+            "sha256 there): passed over, built from source"
+        )
+        return False
+    expected = recorded.split()[0] if recorded.split() else ""
+    try:
+        actual = sha256_of(fd)
+    except OSError as exc:
+        said.append(f"{where}/{name}: {exc.strerror}: passed over, built from source")
+        return False
+    if actual == expected:
+        return True
+    said.append(
+        f"{where}/{name}: sha256 {actual}, not the {expected or '(none)'} its builder recorded "
+        "(a damaged or replaced wheel): passed over, built from source"
+    )
+    return False
 
 
 def _is_regular(dir_fd: int, name: str) -> bool:

@@ -9,6 +9,7 @@ host, gpu3 failed with its diagnosis), the second play (nothing changed anywhere
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,10 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from steps.events import PlanMade
 from tests.common import REPO
 from tests.harness import FakeServer
 
@@ -292,6 +295,13 @@ def test_one_build_for_the_fleet(fleet: Fleet):
     assert "extensions.tinyext.build" in fleet.report("gpu1")["ran"]
     ran = fleet.report("gpu2")["ran"]
     assert "extensions.tinyext.install-wheel" in ran and "extensions.tinyext.build" not in ran, ran
+    # the builder's report names the wheel's sha256, and so does the file beside it
+    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+    on_gpu1 = fleet.servers["gpu1"].base / "wheelhouse" / wheels[0].parent.name / wheels[0].name
+    built = {k: v for run in fleet.report("gpu1")["runs"] for k, v in run["wheels"].items()}
+    assert built[str(on_gpu1)] == digest, built
+    beside = wheels[0].with_name(wheels[0].name + ".sha256")
+    assert beside.read_text() == f"{digest}  {wheels[0].name}\n"
 
 
 @FLEET
@@ -322,6 +332,54 @@ def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: F
     assert report["ran"][0] == "toolkit.install-13.0"  # it went on where it had failed
     assert "extensions.tinyext.build" not in report["ran"]  # gpu1's wheel, from the controller
     assert boots(fleet.servers["gpu3"]) == 1
+
+
+def _another_wheel(good: bytes, where: Path) -> bytes:
+    """A valid wheel of the same name and version with other code in it."""
+    out = where.with_suffix(".evil")
+    with zipfile.ZipFile(where) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item))
+        dst.writestr("tinyext/evil.py", "print('not what gpu1 built')\n")
+    bad = out.read_bytes()
+    out.unlink()
+    assert bad != good
+    return bad
+
+
+@FLEET
+def test_a_replaced_wheel_is_passed_over_built_from_source_and_reaches_no_finished_host(
+    fleet: Fleet,
+):
+    """gpu1's wheel replaced on the controller and on gpu3 by a valid wheel with other code;
+    gpu3 needs tinyext again. gpu3's mlsetup finds the hash is not the one gpu1 recorded and
+    builds from source; the finished hosts keep their wheel; the controller gets gpu3's."""
+    fleet.third()
+    (wheel,) = sorted((fleet.controller / "wheelhouse").glob("*/tinyext-0.1.0-*.whl"))
+    good = wheel.read_bytes()
+    relative = wheel.relative_to(fleet.controller / "wheelhouse")
+    gpu3 = fleet.servers["gpu3"]
+    bad = _another_wheel(good, wheel)
+    for copy in (wheel, gpu3.base / "wheelhouse" / relative):
+        copy.write_bytes(bad)
+    python = str(gpu3.venv / "bin/python")
+    uninstall = [str(gpu3.tools / "uv"), "pip", "uninstall", "--python", python, "tinyext"]
+    done = subprocess.run(uninstall, capture_output=True, text=True)  # as root: removes only
+    assert done.returncode == 0, done.stderr
+    run = fleet.play()
+    assert run.returncode == 0, shown(run)
+    # gpu3's plan said so (the console of its apply, its event stream)
+    warnings = [w for e in gpu3.events() if isinstance(e, PlanMade) for w in e.plan["warnings"]]
+    assert [w for w in warnings if "passed over, built from source" in w and "sha256" in w], (
+        warnings
+    )
+    assert "extensions.tinyext.build" in fleet.report("gpu3")["ran"]
+    assert not list(gpu3.venv.glob("lib/python3*/site-packages/tinyext/evil.py"))
+    for host in ("gpu1", "gpu2"):  # finished: their copy stays the one gpu1 built
+        assert (fleet.servers[host].base / "wheelhouse" / relative).read_bytes() == good, host
+    now = wheel.read_bytes()
+    recorded = wheel.with_name(wheel.name + ".sha256").read_text().split()[0]
+    assert now != bad and hashlib.sha256(now).hexdigest() == recorded
 
 
 def test_install_from_source_then_skip_the_same_version(tmp_path: Path):

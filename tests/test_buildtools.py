@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import stat
 import subprocess
@@ -23,6 +24,7 @@ from steps.buildtools import (
     TOOLS,
     check_root_only,
     keep_ninja_log,
+    lessons_log,
     tool_env,
     tools_of,
 )
@@ -138,6 +140,44 @@ def test_nvcc_leaves_a_command_whole_when_it_cannot_or_must_not_trim(standin_cud
     # every target is for these GPUs (flash-attn's own arch variable narrowed them): silent
     got, said = wrapped(standin_cuda, "90", "-c", "k.cu", *gencode("90"))
     assert got == ["-c", "k.cu", *gencode("90")] and said == ""
+
+
+def test_nvcc_rebuilds_8000_arguments_in_linear_time(standin_cuda: Path):
+    """Each argument is looked at a bounded number of times: 8,000 arguments cost a tenth of a
+    second of CPU, where appending each to "$@" took 19 s. The wrapper runs under a CPU limit,
+    so a quadratic one fails instead of hanging the test."""
+    odd = [f"-DNAME{n}='a b' \"$HOME\" `x` ${{y}} *" for n in range(7994)]
+    argv = [*gencode("90", "100"), "--threads", "4", *odd]
+    done = subprocess.run(
+        [str(NVCC), *argv],
+        env={"PATH": "/usr/bin:/bin", "CUDA_HOME": str(standin_cuda), "MLSETUP_CUDA_ARCHS": "90"},
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (10, 10)),
+    )
+    assert done.returncode == 0, f"the wrapper ran out of its 10 s of CPU: {done.returncode}"
+    got = (standin_cuda / "argv.txt").read_text().split("\n")[:-1]
+    assert got == [*gencode("90"), "--threads", "4", *odd]
+    # the message names the first 16 targets dropped, and how many more
+    got, said = wrapped(standin_cuda, "90", *gencode("90", *(str(n) for n in range(100, 140))))
+    assert got == gencode("90")
+    assert said.count("-gencode") == 16 and said.rstrip().endswith("sm_115 and 24 more")
+
+
+def test_nvcc_caps_an_absurd_thread_count_with_a_word_not_a_shell_error(standin_cuda: Path):
+    absurd = "--mlsetup-threads=99999999999999999999"
+    argv = [*CAUSAL_CONV1D, "--threads", "4", "-c", "k.cu", absurd]
+    got, said = wrapped(standin_cuda, "90", *argv, MLSETUP_NVCC_SPLIT="1")
+    cores = len(os.sched_getaffinity(0))
+    assert "--mlsetup-threads=99999999999999999999 is more threads than the" in said
+    assert got[:-1] == [*gencode("90"), "--threads", "4", "-c", "k.cu"]
+    assert got[-1] == f"--split-compile={max(4, cores)}"
+    got, said = wrapped(standin_cuda, "90", *CAUSAL_CONV1D, "--threads", "99999999999999999999")
+    assert "--threads=99999999999999999999 is more threads than the" in said
+    assert "--threads" in got  # nvcc's own option goes on unchanged: nvcc answers for it
+    got, said = wrapped(standin_cuda, "90", *CAUSAL_CONV1D, "--mlsetup-threads=lots")
+    assert "--mlsetup-threads=lots is no count: ignored" in said
+    assert "--mlsetup-threads=lots" not in got
 
 
 def fatbin_archs(obj: Path) -> list[int]:
@@ -424,7 +464,9 @@ def test_an_object_that_outlasts_the_others_share_splits_over_the_idle_cores(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes files of another account: needs root")
-def test_the_build_trees_ninja_log_is_kept_beside_it_readable_by_the_next_build(tmp_path: Path):
+def test_the_build_trees_ninja_log_is_kept_beside_it_for_the_same_accounts_next_build(
+    tmp_path: Path,
+):
     fs = RootFS(tmp_path)
     build_root = fs.path(BUILD_ROOT)
     temp = build_root / "ext-1.0" / "src" / "build" / "temp.linux-x86_64-cpython-312"
@@ -434,9 +476,12 @@ def test_the_build_trees_ninja_log_is_kept_beside_it_readable_by_the_next_build(
     for path in [build_root / "ext-1.0", *(build_root / "ext-1.0").rglob("*")]:
         os.chown(path, USER_UID, USER_UID, follow_symlinks=False)
     said = keep_ninja_log(fs, "ext-1.0", USER_UID)
-    kept = build_root / "ext-1.0.ninja_log"
+    kept = build_root / "ext-1.0.by-1000.ninja_log"
     assert "2 objects" in said and kept.read_text() == log
-    assert kept.stat().st_uid == 0 and stat.S_IMODE(kept.stat().st_mode) == 0o644
+    # that account's alone: its next build's ninja reads it, root's build never does
+    assert kept.stat().st_uid == USER_UID and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert lessons_log("ext", "1.0", USER_UID) == f"{BUILD_ROOT}/{kept.name}"
+    assert lessons_log("ext", "1.0", 0) == f"{BUILD_ROOT}/ext-1.0.by-0.ninja_log"
     # a build killed early knows fewer objects: the fuller record stays
     (temp / ".ninja_log").write_text("# ninja log v7\n0\t5\t0\t/x/a.o\tff\n")
     assert "knows more objects" in keep_ninja_log(fs, "ext-1.0", USER_UID)

@@ -177,6 +177,9 @@ def test_a_wheel_built_earlier_that_needs_another_torch_is_refused_before_anythi
     build_wheel(wheelhouse / key, "tinyext", "0.1.0", {"tinyext/__init__.py": ""}, ("torch>=2.10",))
     for d in (wheelhouse, wheelhouse / key):
         d.chmod(0o755)
+    for built in (wheelhouse / key).glob("*.whl"):  # its sha256 beside it, as a builder writes
+        digest = hashlib.sha256(built.read_bytes()).hexdigest()
+        built.with_name(f"{built.name}.sha256").write_text(f"{digest}  {built.name}\n")
     write_answers(server, index, "tinyext", f'[build]\nwheelhouse = "{wheelhouse}"\n')
 
     run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from textual.message import Message
 
 from steps import events as ev
+from steps.printable import printable, printable_event
 
 PENDING_LINES = 2000  # lines held between two flushes: what the pane shows, no more
 
@@ -59,11 +60,11 @@ class EngineFeed:
                 if event.action != self._action:
                     self._flush_locked()
                     self._action = event.action
-                self._lines.append(event.line)
+                self._lines.append(printable(event.line))
                 self._count += 1
                 return
             self._flush_locked()
-            self._post(EngineFeed.Event(event))
+            self._post(EngineFeed.Event(printable_event(event)))
 
     def flush(self) -> None:
         with self._lock:
@@ -72,7 +73,7 @@ class EngineFeed:
     def lost(self, why: str) -> None:
         with self._lock:
             self._flush_locked()
-            self._post(EngineFeed.Lost(why))
+            self._post(EngineFeed.Lost(printable(why)))
 
     def _flush_locked(self) -> None:
         if self._lines:

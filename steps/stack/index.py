@@ -8,6 +8,8 @@ the torch family; never one beside another the operator did not ask for.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -45,6 +47,41 @@ def split_credentials(url: str) -> IndexUrl:
     return IndexUrl(
         public, {user: unquote(parts.username or ""), password: unquote(parts.password or "")}
     )
+
+
+# uv's and pip's variables that are a secret by name (UV_INDEX_<NAME>_PASSWORD, UV_PUBLISH_TOKEN,
+# PIP_CLIENT_CERT's password...), whatever their value
+_SECRET_NAME = re.compile(r"^(UV|PIP)_\w*(PASSWORD|TOKEN|USERNAME|CREDENTIAL|AUTH|KEYRING)")
+_NAMED = re.compile(r"^[A-Za-z0-9_.-]+=")  # UV_INDEX's "name=url" form
+
+
+def withhold_credentials(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """`env` for a command root runs as another account, without root's index credentials:
+    uv's and pip's secret variables left out, every URL in the others without its user:password
+    (another account reads its own processes' environment, /proc/PID/environ). Returns the
+    environment and the names of the variables that lost something."""
+    kept: dict[str, str] = {}
+    withheld: list[str] = []
+    for name, value in env.items():
+        if not name.startswith(("UV_", "PIP_")):
+            kept[name] = value
+        elif _SECRET_NAME.match(name):
+            withheld.append(name)
+        else:
+            public = " ".join(_public(token) for token in value.split())
+            if public != " ".join(value.split()):
+                withheld.append(name)
+                kept[name] = public
+            else:
+                kept[name] = value
+    return kept, withheld
+
+
+def _public(token: str) -> str:
+    named = _NAMED.match(token) if "://" in token else None
+    prefix = named.group(0) if named and token.index("://") > named.end() else ""
+    url = token[len(prefix) :]
+    return prefix + split_credentials(url).public if "://" in url else token
 
 
 def configured(root: Path | None = None) -> str | None:

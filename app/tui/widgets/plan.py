@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from app.tui.glyphs import Glyphs
 from steps.plan import Step
+from steps.printable import printable
 
 
 def wrap_command(command: str, width: int, indent: str = "  ") -> list[str]:
@@ -81,16 +82,15 @@ class PlanView(Vertical):
         g = self.glyphs
         for n, step in enumerate(self.steps, 1):
             head = f"{n}. [b]{step.name}[/] " if self.numbered else ""
+            reason = escape(printable(step.reason))
             if step.status == "satisfied":
-                yield Static(
-                    f"{head}[$success]{g['satisfied']}[/] {escape(step.reason)}", classes="step"
-                )
+                yield Static(f"{head}[$success]{g['satisfied']}[/] {reason}", classes="step")
                 continue
-            yield Static(f"{head}[$warning]{g['arrow']}[/] {escape(step.reason)}", classes="step")
+            yield Static(f"{head}[$warning]{g['arrow']}[/] {reason}", classes="step")
             for action in step.actions:
                 reboot = "  [$warning](reboot after)[/]" if action.reboot_after else ""
-                yield Static(f"{escape(action.title)}{reboot}", classes="title")
-                yield CommandText(f"$ {action.command_line()}", classes="cmd")
+                yield Static(f"{escape(printable(action.title))}{reboot}", classes="title")
+                yield CommandText(f"$ {printable(action.command_line())}", classes="cmd")
 
     async def show(self, steps: list[Step]) -> None:
         self.steps = steps
