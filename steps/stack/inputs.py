@@ -145,9 +145,17 @@ def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
     ccs = facts.compute_capabilities
     drv = facts.driver
     keep_driver = drv is not None and drv.loaded and driver_is_kept(facts, answers)
+    # an explicit driver.branch to install: no build it cannot run (choices refuses those)
+    branch_cuda = (
+        k.cuda.newest_supported_by_branch(int(answers.driver.branch))
+        if answers.driver.branch != "auto" and not driver_is_kept(facts, answers)
+        else None
+    )
     others = []
     for name in sorted(k.torch.builds, key=lambda b: Version(torch_cuda(b)), reverse=True):
         if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):
+            continue
+        if branch_cuda and not k.cuda.driver_runs_natively(branch_cuda, torch_cuda(name)):
             continue
         if (
             keep_driver
