@@ -12,7 +12,7 @@ from steps.answers import Answers
 from steps.choices import release_of, venv_owner
 from steps.errors import InputError, MlsetupError, show_value
 from steps.facts import Facts
-from steps.knowledge import knowledge
+from steps.knowledge import ExtensionRecipe, knowledge
 from steps.stack.check import Problem
 from steps.stack.index import index_label, per_build_index
 from steps.stack.inputs import StackInputs
@@ -128,6 +128,25 @@ class Refusals:
         return InputError(
             f"{packages}: uv finds no versions that satisfy them together on {label} (Python "
             f"{python}, {self.inputs.platform}): {getattr(failure, 'detail', '')}"
+        )
+
+    def no_release(
+        self, at: int, version: str, recipe: ExtensionRecipe, newest: str | None, build: str
+    ) -> str:
+        """The index lacks the extension release asked for: the newest it has, and the one
+        the recipe was checked against."""
+        label = self._label(build)
+        checked = f" (its recipe was checked against {recipe.checked})" if recipe.checked else ""
+        if newest is None:
+            return (
+                f"extensions[{at}].version = {show_value(version)}: {label} has no "
+                f"{recipe.package} at all{checked}; allowed: a torch.index_url that has it, "
+                "or this extension left out"
+            )
+        return (
+            f"extensions[{at}].version = {show_value(version)}: no {recipe.package} {version} "
+            f"on {label}; the newest release there is {newest}{checked}; allowed: a release "
+            f'that index has, such as "{newest}"'
         )
 
     def no_build_has_it(self, attempts: Attempts, builds: list[str]) -> str:
