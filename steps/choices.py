@@ -327,7 +327,7 @@ def _auto_build(
         return (fits or gpu_ok)[0]
     # An explicit branch: the CUDA follows it, the newest torch with a build it runs (575 on a
     # Hopper box: not 2.15's cu132, which needs 595, but 2.14's cu126); none (a torch.version
-    # only newer CUDA builds have): the newest, which _driver_target refuses naming both keys.
+    # only newer CUDA builds have): the newest, which _check_branch_runs refuses naming both.
     runs = _builds_the_branch_runs(facts, releases or list(k.torch.releases), answers)
     return runs[0] if runs else gpu_ok[0]
 
@@ -746,7 +746,9 @@ def _size(n: int) -> str:
     return f"{n // GiB}GiB" if n >= GiB else f"{max(1, n // (1024 * 1024))}MiB"
 
 
-def _peak_warnings(facts: Facts, answers: Answers, targets: tuple[BuildTarget, ...]) -> list:
+def _peak_warnings(
+    facts: Facts, answers: Answers, targets: tuple[BuildTarget, ...]
+) -> list[StepWarning]:
     """A build whose one compile job peaks above the RAM it may use: the figure and what to
     do before it runs out of memory."""
     usable = build_ram(facts, answers)
@@ -764,7 +766,7 @@ def _peak_warnings(facts: Facts, answers: Answers, targets: tuple[BuildTarget, .
                 f"{t.answer.name} {t.answer.version}: one compile job peaks at about "
                 f"{t.recipe.peak_job_gib:g} GiB, above the {gib(usable)} a build may use here "
                 f"({gib(facts.memory.available_bytes)} free, less build.memory_reserve "
-                f"{build_text(answers)}; swap {gib(swap) if swap else 'none'}): add swap, free "
+                f"{_budget_text(answers)}; swap {gib(swap) if swap else 'none'}): add swap, free "
                 "RAM or lower build.memory_reserve, keep build.max_jobs at 1, or install a "
                 "prebuilt wheel instead (the build.wheelhouse of a machine that built it, with "
                 'source = "wheel")',
@@ -773,7 +775,8 @@ def _peak_warnings(facts: Facts, answers: Answers, targets: tuple[BuildTarget, .
     return out
 
 
-def build_text(answers: Answers) -> str:
+def _budget_text(answers: Answers) -> str:
+    """build.memory_reserve, and the limit when there is one, as a warning quotes them."""
     limit = answers.build.memory_limit
     return answers.build.memory_reserve + ("" if limit == "auto" else f", limit {limit}")
 
@@ -835,10 +838,11 @@ def _check_archs_run_here(
     an arch the list lacks) are refused, unless build.for_other_machines says the wheel is
     meant for other machines as well."""
     built = {recipe.arch_map.get(cc) for cc in answer.archs} - {None}
+    # a GPU the recipe does not support at all is left out whatever the archs (a warning)
     missed = [
         cc
         for cc in facts.compute_capabilities
-        if recipe.arch_map.get(cc) is None or recipe.arch_map[cc] not in built
+        if cc in recipe.arch_map and recipe.arch_map[cc] not in built
     ]
     if not missed:
         return

@@ -67,7 +67,8 @@ BAD = [
     ),
     Bad(
         "fresh-h100x8-ubuntu2204", FLASH_ATTN, "build.memory_limit", "4000GiB",
-        ('build.memory_limit = "4000GiB"', "this machine has 2016.0 GiB of RAM", "a size up to 2015GiB"),
+        ('build.memory_limit = "4000GiB"', "this machine has 2016.0 GiB of RAM",
+         "a size up to 2015GiB"),
     ),
     Bad(
         "h200-ubuntu2404", FLASH_ATTN, "build.memory_reserve", "150GiB",
@@ -170,6 +171,12 @@ def test_a_job_peak_above_the_builds_ram_is_a_warning_and_the_confirmation_agree
 
 @pytest.fixture
 def index(tmp_path: Path) -> PackageIndex:
+    return fit_index(tmp_path)
+
+
+def fit_index(tmp_path: Path) -> PackageIndex:
+    """The stack tests' local index with flash-attn (2.8.3, 2.8.3.post2: source only), its
+    build requirements and a package that has only source."""
     index = standard_index(tmp_path / "pkgs")
     for name in ("pip", "packaging", "wheel", "ninja", "psutil", "setuptools", "einops"):
         index.add("pypi", name, "1.0")  # flash-attn's build and run-time requirements
@@ -228,9 +235,7 @@ def test_a_torch_without_kernels_for_volta_names_the_newest_that_has_them(index,
         "h200-ubuntu2404",
         gpus={"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"},
     )
-    answers = answers_from_toml(
-        f'version = 1\n[torch]\nindex_url = "{index.root}/cu130"\n', "test"
-    )
+    answers = answers_from_toml(f'version = 1\n[torch]\nindex_url = "{index.root}/cu130"\n', "test")
     message = plan_refusal(v100, answers, tmp_path, UV_DEFAULT_INDEX=index.default_url)
     assert "has no kernels for compute capability 7.0" in message
     assert (

@@ -6,10 +6,19 @@ from __future__ import annotations
 import pytest
 
 from app.tui.app import WizardApp
+from app.tui.controllers.step import controller_for
 from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
 from steps.answers import answers_from_toml
-from tests.test_answers_fit import BAD, PREFIX, Bad, plan_refusal
+from tests.test_answers_fit import (
+    BAD,
+    FLASH_ATTN,
+    PREFIX,
+    Bad,
+    fit_index,
+    index_answers,
+    plan_refusal,
+)
 from tests.tui.helpers import dry_session, machine, shown, wait_until
 from tests.tui.test_wizard_80x24 import goto
 
@@ -76,3 +85,22 @@ async def test_the_extensions_screen_refuses_archs_and_memory_on_their_fields(tm
         limit = case("build.memory_limit", "h200-ubuntu2404")
         await refused_in_place(pilot, app, limit, "200GiB", tmp_path)
         assert app.session.answers.build.memory_limit == "auto"
+
+
+def test_an_extension_release_the_index_lacks_is_said_on_the_extensions_screen(tmp_path):
+    """The resolution (the wizard's worker, as `mlsetup plan`) refuses it with the CLI's
+    words; the Extensions screen says so and the wizard cannot apply it."""
+    index = fit_index(tmp_path)
+    answers = index_answers(index, extensions=FLASH_ATTN.replace("2.8.3", "9.9.9"))
+    path = tmp_path / "answers.toml"
+    path.write_text(answers.to_toml())
+    rtx = "rtx-pro-6000-ubuntu2404"
+    env = {"UV_DEFAULT_INDEX": index.default_url}
+    cli = plan_refusal(machine(rtx), answers, tmp_path, **env)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("UV_DEFAULT_INDEX", index.default_url)
+        session = dry_session(rtx, path)
+        session.resolve_stack()
+    said = controller_for(session, "extensions").warnings()
+    assert said and PREFIX + said[0] == cli
+    assert session.why_not_apply() == said[0]
