@@ -261,3 +261,24 @@ def test_a_source_only_package_does_not_blame_a_venv_user_that_is_ordinary(index
     assert "srconly has no wheel" in message and "this resolution ran as root" in message
     assert "set venv.user" not in message
     assert "as ml does on the machine itself" in message
+
+
+def test_on_one_index_of_pypi_builds_the_torch_follows_an_older_branch(tmp_path):
+    """An index with one torch build per release (PyPI, a mirror of it): driver.branch 575 runs
+    CUDA up to 12.9, so the releases whose wheel is a newer CUDA are left out (torch 2.11 is
+    cu130 there), and the lock says the branch decided it."""
+    index = PackageIndex(tmp_path / "pkgs")
+    for version, build, cuda in (("2.9.0", "cu128", "12.8"), ("2.11.0", "cu130", "13.0")):
+        index.add_file("pypi", "torch", index.add_torch(version, build, cuda))
+    answers = tmp_path / "answers.toml"
+    answers.write_text('version = 1\n[driver]\nbranch = "575"\n')
+    run = run_cli(
+        "plan", "--facts", str(MACHINES / "fresh-h100x8-ubuntu2204.json"),
+        "--answers", str(answers), "--json", env={"UV_DEFAULT_INDEX": index.default_url},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["lock"]["torch"] == "2.9.0+cu128" and plan["lock"]["build"] == "cu128"
+    assert plan["lock"]["decided_by"] == ["driver.branch 575 (torch<2.11)"]
+    installs = [a["argv"][-1] for s in plan["steps"] for a in s["actions"]]
+    assert "cuda-toolkit-12-8" in installs and "nvidia-driver-pinning-575" in " ".join(installs)

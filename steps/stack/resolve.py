@@ -401,8 +401,13 @@ class Resolution:
         pinned = [r for r in self.answers.torch.packages if requirement_name(r) == "torch"]
         if any(r.strip() != "torch" for r in pinned):
             return tuple(f"torch.packages {r}" for r in pinned)
-        if self.inputs.constraints:  # torch.cuda on a one-index mirror: the releases of that build
-            return (f"torch.cuda {self.answers.torch.cuda} ({', '.join(self.inputs.constraints)})",)
+        if self.inputs.constraints:  # one build per release: those of torch.cuda or the branch
+            key = (
+                f"torch.cuda {self.answers.torch.cuda}"
+                if self.answers.torch.cuda != "auto"
+                else f"driver.branch {self.answers.driver.branch}"
+            )
+            return (f"{key} ({', '.join(self.inputs.constraints)})",)
         followers = _followers(pins)
         held = [f"{n}=={v}" for n, v in pins.versions.items() if n not in followers]
         newer = f"torch>{Version(pins.versions['torch']).public}"
