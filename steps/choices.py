@@ -585,7 +585,7 @@ def _driver_target(
 def branch_installed(facts: Facts, answers: Answers, driver_ok: bool) -> bool:
     """Whether the plan installs the driver of driver.branch (the answers name one, and it is
     installed: by driver.action, or because the loaded driver cannot run torch's CUDA)."""
-    if answers.driver.branch == "auto" or not facts.gpus or answers.driver.action == "skip":
+    if answers.driver.branch == "auto" or not facts.gpus or driver_is_kept(facts, answers):
         return False
     return answers.driver.action == "install" or not driver_ok
 
