@@ -131,22 +131,15 @@ class Refusals:
         )
 
     def no_release(
-        self, at: int, version: str, recipe: ExtensionRecipe, newest: str | None, build: str
+        self, at: int, version: str, recipe: ExtensionRecipe, newest: str, build: str
     ) -> str:
         """The index lacks the extension release asked for: the newest it has, and the one
         the recipe was checked against."""
-        label = self._label(build)
         checked = f" (its recipe was checked against {recipe.checked})" if recipe.checked else ""
-        if newest is None:
-            return (
-                f"extensions[{at}].version = {show_value(version)}: {label} has no "
-                f"{recipe.package} at all{checked}; allowed: a torch.index_url that has it, "
-                "or this extension left out"
-            )
         return (
             f"extensions[{at}].version = {show_value(version)}: no {recipe.package} {version} "
-            f"on {label}; the newest release there is {newest}{checked}; allowed: a release "
-            f'that index has, such as "{newest}"'
+            f"on {self._label(build)}; the newest release there is {newest}{checked}; allowed: "
+            f'a release that index has, such as "{newest}"'
         )
 
     def no_build_has_it(self, attempts: Attempts, builds: list[str]) -> str:

@@ -345,14 +345,14 @@ class Resolution:
                 raise self.refuse.of(failure, build, python, action)
             if not isinstance(failure, Missing):
                 continue  # it is there (only as source, or not for this Python: the build says)
-            newest = self._compile(
-                replace(asked, requirements=[f"{recipe.package}>={_ABOVE_ALL}"]), build
+            newest = newest_available(
+                self._compile(
+                    replace(asked, requirements=[f"{recipe.package}>={_ABOVE_ALL}"]), build
+                ).result.tail
             )
-            raise InputError(
-                self.refuse.no_release(
-                    at, ext.version, recipe, newest_available(newest.result.tail), build
-                )
-            )
+            if newest is None:
+                continue  # no release of it at all there (a partial mirror): the source fetch says
+            raise InputError(self.refuse.no_release(at, ext.version, recipe, newest, build))
 
     # -- the lock -----------------------------------------------------------------------------
 
