@@ -375,6 +375,11 @@ class BuildAnswers(_Section):
         description="a directory shared by a fleet: built wheels are published there and "
         "installed from there instead of building again (empty = none)",
     )
+    for_other_machines: bool = Field(
+        False,
+        description="the builds are meant for other machines too: extensions' archs may name "
+        "compute capabilities no GPU here has (false: each build must run on every GPU here)",
+    )
 
     @field_validator("max_jobs", mode="before")
     @classmethod

@@ -45,7 +45,8 @@ class BuildTarget:
     answer: ExtensionAnswers
     compute_capabilities: list[str]
     cuda_home: str
-    max_jobs: int
+    max_jobs: int  # MAX_JOBS: build.max_jobs, else what the cores and the RAM hold
+    jobs_at_once: int  # what the governor lets run: the jobs whose peaks the RAM holds
 
     @property
     def arch_value(self) -> str:
@@ -130,9 +131,13 @@ def choose(facts: Facts, answers: Answers, lock: Lock | None = None) -> Choices:
         path = owner.home.rstrip("/") + path[1:]
 
     branch, modules = _driver_target(facts, answers, cuda, warnings)
+    if branch_installed(facts, answers, driver_ok):
+        _check_branch_runs(facts, answers, build, cuda, branch, lock)
     targets = tuple(
         t for a in answers.extensions if (t := _build_target(facts, answers, cuda, a, warnings))
     )
+    check_memory_answers(facts, answers)
+    warnings += _peak_warnings(facts, answers, targets)
     warnings += _machine_warnings(facts, answers, toolkits, driver_ok, cuda, path)
     return Choices(
         torch_build=build,
@@ -316,14 +321,33 @@ def _auto_build(
             )
             return gpu_ok[0]
     # A driver will be installed: the newest build that the branch to install runs natively.
-    branch = (
-        k.driver.recommended_branch
-        if answers.driver.branch == "auto"
-        else int(answers.driver.branch)
-    )
-    branch_cuda = k.cuda.newest_supported_by_branch(branch)
-    fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))]
-    return (fits or gpu_ok)[0]
+    if answers.driver.branch == "auto":
+        branch_cuda = k.cuda.newest_supported_by_branch(k.driver.recommended_branch)
+        fits = [b for b in gpu_ok if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))]
+        return (fits or gpu_ok)[0]
+    # An explicit branch: the CUDA follows it, the newest torch with a build it runs (575 on a
+    # Hopper box: not 2.15's cu132, which needs 595, but 2.14's cu126); none (a torch.version
+    # only newer CUDA builds have): the newest, which _check_branch_runs refuses naming both.
+    runs = _builds_the_branch_runs(facts, releases or list(k.torch.releases), answers)
+    return runs[0] if runs else gpu_ok[0]
+
+
+def _builds_the_branch_runs(
+    facts: Facts, releases: list[TorchRelease], answers: Answers
+) -> list[str]:
+    """The CUDA builds of the newest of `releases` that has one the GPUs and the explicit
+    driver.branch run natively, newest CUDA first."""
+    k = knowledge()
+    branch_cuda = k.cuda.newest_supported_by_branch(int(answers.driver.branch))
+    for release in releases:
+        runs = [
+            b
+            for b in _builds_that_run(facts, [release])
+            if k.cuda.driver_runs_natively(branch_cuda, torch_cuda(b))
+        ]
+        if runs:
+            return runs[::-1]
+    return []
 
 
 def _newest_build_the_driver_runs(facts: Facts, releases: list[TorchRelease]) -> str | None:
@@ -508,14 +532,6 @@ def _driver_target(
                 f"{'is' if len(limits) == 1 else 'are'} supported by no driver after branch "
                 f'{ceiling}; allowed: "auto" or a branch up to "{ceiling}"'
             )
-        if branch < needed:
-            warnings.append(
-                StepWarning(
-                    "driver",
-                    f"driver.branch {branch} is older than CUDA {cuda} needs "
-                    f"(branch {needed} or newer).",
-                )
-            )
 
     ccs = [Version(cc) for cc in facts.compute_capabilities]
     open_min = Version(k.driver.open_modules_min_compute_capability)
@@ -564,6 +580,56 @@ def _driver_target(
             )
         )
     return branch, modules
+
+
+def branch_installed(facts: Facts, answers: Answers, driver_ok: bool) -> bool:
+    """Whether the plan installs the driver of driver.branch (the answers name one, and it is
+    installed: by driver.action, or because the loaded driver cannot run torch's CUDA)."""
+    if answers.driver.branch == "auto" or not facts.gpus or driver_is_kept(facts, answers):
+        return False
+    return answers.driver.action == "install" or not driver_ok
+
+
+def _check_branch_runs(
+    facts: Facts, answers: Answers, build: str, cuda: str | None, branch: int, lock: Lock | None
+) -> None:
+    """An explicit driver.branch older than torch's CUDA needs is refused (a driver that cannot
+    run that torch would be installed, then a reboot), naming what decided the CUDA and what
+    would work: a branch new enough, or a torch the branch runs."""
+    k = knowledge()
+    rel = k.cuda.release(cuda) if cuda else None
+    needed = int(rel.min_driver.split(".")[0]) if rel else 0
+    if branch >= needed:
+        return
+    if answers.torch.cuda != "auto":
+        decided = f"torch.cuda = {show_value(answers.torch.cuda)}"
+    elif answers.torch.version != "auto":
+        decided = f"torch.version = {show_value(answers.torch.version)}"
+    elif lock is not None:
+        decided = f"torch {lock.torch} of the stack, decided by " + (
+            ", ".join(lock.decided_by) or "the resolution"
+        )
+    else:
+        decided = 'torch.cuda = "auto"'
+    alternatives = [f'driver.branch = "{needed}" or newer (or "auto")']
+    newest = next(
+        (r for r in k.torch.releases if _builds_the_branch_runs(facts, [r], answers)), None
+    )
+    candidates = _candidate_releases(answers)
+    if runs := _builds_the_branch_runs(facts, candidates, answers):
+        alternatives.append(f"torch.cuda = {show_value(runs[0])}, which branch {branch} runs")
+    elif newest is not None:
+        builds = _builds_the_branch_runs(facts, [newest], answers)
+        alternatives.append(
+            f'torch.version = "=={newest.series}.*" with torch.cuda = {show_value(builds[0])} '
+            '(or "auto"), the newest torch with a build branch '
+            f"{branch} runs"
+        )
+    raise InputError(
+        f"driver.branch = {show_value(answers.driver.branch)}: torch's {build} build "
+        f"({decided}) needs CUDA {cuda}, which needs driver branch {needed} or newer; "
+        f"allowed: {'; or '.join(alternatives)}"
+    )
 
 
 def _gpu_names(gpus: list) -> str:
@@ -620,20 +686,99 @@ def _machine_warnings(
     return out
 
 
-def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
-    """A ceiling on compile jobs: the cores, and the RAM a build may use ÷ the per-job peak
-    (what runs without the governor; the governor never exceeds it)."""
-    if answers.build.max_jobs != "auto":
-        return answers.build.max_jobs
-    cores = facts.cpu.logical or 1
+def build_ram(facts: Facts, answers: Answers) -> int | None:
+    """The RAM a build may use here: what is free less build.memory_reserve, at most
+    build.memory_limit (None: the machine's memory is unknown). The one figure the job
+    ceiling, the warnings and the confirmation use."""
     available = facts.memory.available_bytes
     if available is None:
-        return max(1, cores // 2)
-    reserve = answers.build.reserve_bytes(facts.memory.total_bytes or available)
-    usable = available - reserve
+        return None
+    usable = available - answers.build.reserve_bytes(facts.memory.total_bytes or available)
     if (limit := answers.build.limit_bytes()) is not None:
         usable = min(usable, limit)
-    return max(1, min(cores, int(usable // (recipe.peak_job_gib * GiB))))
+    return max(0, usable)
+
+
+def jobs_that_fit(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
+    """The compile jobs the RAM a build may use holds at their peak, within the cores and
+    build.max_jobs (at least one: the governor always lets one run)."""
+    usable = build_ram(facts, answers)
+    ceiling = answers.build.max_jobs
+    cores = facts.cpu.logical or 1
+    if usable is None:
+        return ceiling if ceiling != "auto" else max(1, cores // 2)
+    fit = max(1, min(cores, int(usable // (recipe.peak_job_gib * GiB))))
+    return fit if ceiling == "auto" else min(fit, ceiling)
+
+
+def static_max_jobs(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> int:
+    """A ceiling on compile jobs: build.max_jobs, else the cores and the RAM a build may use ÷
+    the per-job peak (what runs without the governor; the governor never exceeds it)."""
+    if answers.build.max_jobs != "auto":
+        return answers.build.max_jobs
+    return jobs_that_fit(facts, answers, recipe)
+
+
+def check_memory_answers(facts: Facts, answers: Answers) -> None:
+    """build.memory_limit and a build.memory_reserve size above the machine's RAM are refused,
+    naming its figure (a limit no build can reach, a reserve that leaves nothing)."""
+    total = facts.memory.total_bytes
+    if total is None:
+        return
+    build = answers.build
+    if (limit := build.limit_bytes()) is not None and limit > total:
+        raise InputError(
+            f"build.memory_limit = {show_value(build.memory_limit)}: this machine has "
+            f'{gib(total)} of RAM; allowed: "auto" (all but the reserve) or a size up to '
+            f'{total // GiB}GiB, such as "{_size(total // 2)}"'
+        )
+    reserve = build.reserve_bytes(total)
+    if not build.memory_reserve.strip().endswith("%") and reserve >= total:
+        raise InputError(
+            f"build.memory_reserve = {show_value(build.memory_reserve)}: this machine has "
+            f"{gib(total)} of RAM, so nothing would be left for a build; allowed: a size "
+            f'below that, such as "{_size(total // 10)}", or a percentage such as "10%"'
+        )
+
+
+def _size(n: int) -> str:
+    """Bytes as an answers size, whole GiB ("12GiB"), MiB under one GiB."""
+    return f"{n // GiB}GiB" if n >= GiB else f"{max(1, n // (1024 * 1024))}MiB"
+
+
+def _peak_warnings(
+    facts: Facts, answers: Answers, targets: tuple[BuildTarget, ...]
+) -> list[StepWarning]:
+    """A build whose one compile job peaks above the RAM it may use: the figure and what to
+    do before it runs out of memory."""
+    usable = build_ram(facts, answers)
+    if usable is None:
+        return []
+    out = []
+    for t in targets:
+        peak = t.recipe.peak_job_gib * GiB
+        if peak <= usable:
+            continue
+        swap = facts.memory.swap_total_bytes
+        out.append(
+            StepWarning(
+                "extensions",
+                f"{t.answer.name} {t.answer.version}: one compile job peaks at about "
+                f"{t.recipe.peak_job_gib:g} GiB, above the {gib(usable)} a build may use here "
+                f"({gib(facts.memory.available_bytes)} free, less build.memory_reserve "
+                f"{_budget_text(answers)}; swap {gib(swap) if swap else 'none'}): add swap, free "
+                "RAM or lower build.memory_reserve, keep build.max_jobs at 1, or install a "
+                "prebuilt wheel instead (the build.wheelhouse of a machine that built it, with "
+                'source = "wheel")',
+            )
+        )
+    return out
+
+
+def _budget_text(answers: Answers) -> str:
+    """build.memory_reserve, and the limit when there is one, as a warning quotes them."""
+    limit = answers.build.memory_limit
+    return answers.build.memory_reserve + ("" if limit == "auto" else f", limit {limit}")
 
 
 def _build_target(
@@ -663,6 +808,9 @@ def _build_target(
             )
         )
         return None
+    if answer.archs != "auto" and not answers.build.for_other_machines:
+        where = next(i for i, e in enumerate(answers.extensions) if e is answer)
+        _check_archs_run_here(facts, recipe, answer, f"extensions[{where}].archs")
     bad = recipe.unsupported(ccs)
     if bad:
         warnings.append(
@@ -679,4 +827,40 @@ def _build_target(
         compute_capabilities=ccs,
         cuda_home=knowledge().repo.toolkit_path_for(cuda),
         max_jobs=static_max_jobs(facts, answers, recipe),
+        jobs_at_once=jobs_that_fit(facts, answers, recipe),
+    )
+
+
+def _check_archs_run_here(
+    facts: Facts, recipe: ExtensionRecipe, answer: ExtensionAnswers, key: str
+) -> None:
+    """Explicit archs whose build some GPU here cannot run (its compute capability compiles to
+    an arch the list lacks) are refused, unless build.for_other_machines says the wheel is
+    meant for other machines as well."""
+    built = {recipe.arch_map.get(cc) for cc in answer.archs} - {None}
+    # a GPU the recipe does not support at all is left out whatever the archs (a warning)
+    missed = [
+        cc
+        for cc in facts.compute_capabilities
+        if cc in recipe.arch_map and recipe.arch_map[cc] not in built
+    ]
+    if not missed:
+        return
+    present = list(dict.fromkeys(facts.compute_capabilities))
+    works = [cc for cc in present if cc in recipe.arch_map]
+    where = (
+        f"the GPUs here: {_gpus_of(facts, missed)}"
+        if set(missed) == set(present)
+        else f"{_gpus_of(facts, missed)} of the GPUs here ({_gpus_of(facts, present)})"
+    )
+    wider = list(dict.fromkeys([*answer.archs, *works]))
+    allowed = (
+        f'{show_value(works)} (the GPUs here), {show_value(wider)} (those too), "auto", or '
+        if works
+        else '"auto", or '
+    )
+    raise InputError(
+        f"{key} = {show_value(list(answer.archs))}: {answer.name} built for those would not "
+        f"run on {where}; allowed: {allowed}build.for_other_machines = true when the build is "
+        "meant for other machines too"
     )

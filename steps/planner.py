@@ -12,8 +12,10 @@ from steps import registry
 from steps.answers import Answers
 from steps.apt import NVIDIA_REPO
 from steps.choices import Choices, check_on_machine, choose
+from steps.errors import InputError
 from steps.extensions import wanted_wheels
 from steps.facts import Facts
+from steps.knowledge import knowledge
 from steps.plan import Plan, Step
 from steps.probe import probe
 from steps.rootfs import RootFS
@@ -38,10 +40,32 @@ def make_plan(
     check_on_machine(choices, answers, None)
     inputs = registry.PlanInputs(facts, answers, choices, venv, wheels or {})
     steps = _share_repo_setup([spec.plan(inputs) for spec in registry.STEPS])
+    _check_reboot_policy(facts, answers, steps)
     return Plan(
         warnings=[*notes, *(w.text for w in choices.warnings)],
         steps=steps,
         lock=lock.summary() if lock else None,
+    )
+
+
+def _check_reboot_policy(facts: Facts, answers: Answers, steps: list[Step]) -> None:
+    """reboot.policy = "auto" is refused where the reboot needs the operator first: a driver
+    installed under Secure Boot loads only once its signing key is enrolled (MOK), which is
+    `mokutil --import` before the reboot and the console during it; an automatic reboot
+    comes back without the driver."""
+    if answers.reboot.policy != "auto" or facts.secure_boot != "enabled":
+        return
+    driver = next((s for s in steps if s.name == "driver"), None)
+    if driver is None or not any(a.reboot_after for a in driver.actions):
+        return
+    key = knowledge().driver.mok_key_for(facts.os.id)
+    raise InputError(
+        'reboot.policy = "auto": Secure Boot is on and the driver is installed, so its '
+        "modules load only after their signing key is enrolled, which needs you before and "
+        f"during the reboot: run `sudo mokutil --import {key}` and choose a one-time password, "
+        "reboot, and at the console pick 'Enroll MOK' and type it; an automatic reboot would "
+        'come back without the driver. allowed: "ask" (the run pauses for the reboot: the '
+        'wizard asks, an unattended apply exits 10) or "never"'
     )
 
 

@@ -16,6 +16,7 @@ from packaging.version import Version
 from steps.answers import Answers
 from steps.choices import (
     PythonChoice,
+    branch_installed,
     choose,
     choose_python,
     choose_torch,
@@ -113,13 +114,26 @@ def input_key(
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def torch_range(answers: Answers, per_build: bool) -> list[str]:
-    """An explicit torch.cuda on an index that serves one build per release (PyPI, a mirror of
-    it): the releases whose PyPI wheel is that build (assets/torch.toml pypi_cuda), as a
-    constraint; the resolved wheel still has to be it."""
-    if per_build or answers.torch.cuda in ("auto", "cpu") or answers.torch.version != "auto":
+def torch_range(answers: Answers, per_build: bool, branch_cuda: str | None = None) -> list[str]:
+    """On an index that serves one build per release (PyPI, a mirror of it), as a constraint:
+    for an explicit torch.cuda the releases whose PyPI wheel is that build (assets/torch.toml
+    pypi_cuda; the resolved wheel still has to be it); for torch auto with a driver.branch to
+    install (`branch_cuda`: the newest CUDA it runs) the releases whose wheel it runs."""
+    if per_build or answers.torch.version != "auto" or answers.torch.cuda == "cpu":
         return []
     k = knowledge()
+    if answers.torch.cuda == "auto":
+        if branch_cuda is None:
+            return []
+        runs = [
+            r.series
+            for r in k.torch.releases
+            if r.pypi_cuda and k.cuda.driver_runs_natively(branch_cuda, r.pypi_cuda)
+        ]
+        newer = [
+            r.series for r in k.torch.releases if runs and Version(r.series) > Version(runs[0])
+        ]
+        return [f"torch<{newer[-1]}"] if newer else []
     cuda = k.torch.build(answers.torch.cuda).cuda
     series = [r.series for r in k.torch.releases if r.pypi_cuda == cuda]  # newest first
     if not series:
@@ -145,9 +159,17 @@ def builds_to_try(facts: Facts, answers: Answers) -> list[str]:
     ccs = facts.compute_capabilities
     drv = facts.driver
     keep_driver = drv is not None and drv.loaded and driver_is_kept(facts, answers)
+    # an explicit driver.branch to install: no build it cannot run (choices refuses those)
+    branch_cuda = (
+        k.cuda.newest_supported_by_branch(int(answers.driver.branch))
+        if answers.driver.branch != "auto" and not driver_is_kept(facts, answers)
+        else None
+    )
     others = []
     for name in sorted(k.torch.builds, key=lambda b: Version(torch_cuda(b)), reverse=True):
         if name == preferred or not all(k.torch.build(name).runs_on(cc) for cc in ccs):
+            continue
+        if branch_cuda and not k.cuda.driver_runs_natively(branch_cuda, torch_cuda(name)):
             continue
         if (
             keep_driver
@@ -177,7 +199,14 @@ def stack_inputs(
     per_build = per_build_index(answers, index)
     builds = builds_to_try(facts, answers)
     builds = builds if per_build else builds[:1]
-    constraints = torch_range(answers, per_build)
+    branch = answers.driver.branch
+    constraints = torch_range(
+        answers,
+        per_build,
+        knowledge().cuda.newest_supported_by_branch(int(branch))
+        if branch_installed(facts, answers, base.driver_ok)
+        else None,
+    )
     bounds = tuple(torch_bounds(answers))
     python = python_choice(facts, answers)
     python_key = "auto:" + ",".join(python.candidates) if python.candidates else python.version

@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 from steps.answers import Answers
-from steps.errors import InputError, MlsetupError
+from steps.choices import release_of, venv_owner
+from steps.errors import InputError, MlsetupError, show_value
 from steps.facts import Facts
-from steps.knowledge import knowledge
+from steps.knowledge import ExtensionRecipe, knowledge
 from steps.stack.check import Problem
-from steps.stack.index import index_label
+from steps.stack.index import index_label, per_build_index
 from steps.stack.inputs import StackInputs
 from steps.stack.lock import Lock, cuda_of_pins
 from steps.stack.uvfailure import (
@@ -95,12 +97,21 @@ class Refusals:
             )
         if isinstance(failure, NeedsBuild):
             names = ", ".join(failure.packages)
+            owner = venv_owner(self.facts, self.answers).run_as
+            # the venv's account is an ordinary one already: what ran as root is this
+            # resolution, for a recorded machine (its accounts are not this machine's)
+            what_would = (
+                f"run it as an ordinary account of this machine (without sudo, or with sudo "
+                f"from one: SUDO_USER builds it), as {owner} does on the machine itself"
+                if owner is not None
+                else "set venv.user to an ordinary account (the build then runs as that "
+                "account), or run `mlsetup lock` as one"
+            )
             return InputError(
                 f"{packages}: {names} {'has' if len(failure.packages) == 1 else 'have'} no wheel "
                 f"on {label} for Python {python}, only source, whose metadata comes from running "
-                "its build; mlsetup never runs a package's build as root: set venv.user to an "
-                "ordinary account (the build then runs as that account), or run `mlsetup lock` "
-                "as one"
+                f"its build; mlsetup never runs a package's build as root, and this resolution "
+                f"ran as {self.who}; what would: {what_would}"
             )
         if isinstance(failure, NoPythonWheel):
             return InputError(
@@ -117,6 +128,18 @@ class Refusals:
         return InputError(
             f"{packages}: uv finds no versions that satisfy them together on {label} (Python "
             f"{python}, {self.inputs.platform}): {getattr(failure, 'detail', '')}"
+        )
+
+    def no_release(
+        self, at: int, version: str, recipe: ExtensionRecipe, newest: str, build: str
+    ) -> str:
+        """The index lacks the extension release asked for: the newest it has, and the one
+        the recipe was checked against."""
+        checked = f" (its recipe was checked against {recipe.checked})" if recipe.checked else ""
+        return (
+            f"extensions[{at}].version = {show_value(version)}: no {recipe.package} {version} "
+            f"on {self._label(build)}; the newest release there is {newest}{checked}; allowed: "
+            f'a release that index has, such as "{newest}"'
         )
 
     def no_build_has_it(self, attempts: Attempts, builds: list[str]) -> str:
@@ -169,6 +192,21 @@ class Refusals:
             )
         if self.answers.torch.cuda == "cpu" and lock.build != "cpu":
             return f'torch.cuda = "cpu", but {what}: {cpu_hint}'
+        kinds = {p.kind for p in problems}
+        if kinds == {"cuda"}:
+            # the torch asked for exists, as another build: the key to change is torch.cuda
+            asked = self.answers.torch.cuda
+            release = release_of(lock.torch)
+            index = (
+                f', or torch.index_url = "auto" (PyTorch\'s index, '
+                f"{knowledge().torch.index_for(asked)}, has torch {release.series} as {asked})"
+                if release is not None and asked in release.builds
+                else ""
+            )
+            return (
+                f"torch.cuda = {show_value(asked)}: {what}, the one build that index has of "
+                f'it; allowed: torch.cuda = {show_value(lock.build)} or "auto"{index}'
+            )
         version = self.answers.torch.version
         asked = (
             f"torch.version = {version!r}"
@@ -177,4 +215,33 @@ class Refusals:
         )
         if all(p.kind == "cuda-major" for p in problems):  # the packages, not torch
             return f"{asked}: " + "; ".join(p.text for p in problems)
-        return f"{asked}: {what}, which cannot run here: " + "; ".join(p.text for p in problems)
+        text = f"{asked}: {what}, which cannot run here: " + "; ".join(p.text for p in problems)
+        if "kernels" in kinds and (would := self._runnable_torch()):
+            text += f". What would: {would}"
+        return text
+
+    def _runnable_torch(self) -> str:
+        """The newest torch mlsetup knows with kernels for every GPU here and where it comes
+        from: PyTorch's index has each build, an index of one build per release (PyPI, a
+        mirror of it) only its own."""
+        ccs = self.facts.compute_capabilities
+        arch = self.facts.os.arch if self.facts.os else None
+        k = knowledge()
+        for release in k.torch.releases:
+            runs = [
+                b for b in release.builds if all(k.torch.build(b).runs_on(cc, arch) for cc in ccs)
+            ]
+            if runs:
+                build = max(runs, key=lambda b: Version(k.torch.build(b).cuda or "0"))
+                where = (
+                    ""
+                    if per_build_index(self.answers, self.inputs.configured)
+                    else ' and torch.index_url = "auto" (PyTorch\'s index: '
+                    f"{k.torch.index_for(build)}; this index has one build per release)"
+                )
+                return (
+                    f'torch.version = "=={release.series}.*" with torch.cuda = '
+                    f'"{build}"{where}, the newest torch with kernels for compute capability '
+                    f"{', '.join(dict.fromkeys(ccs))}, and packages that allow it"
+                )
+        return ""

@@ -35,6 +35,7 @@ from steps.accounts import Account, lookup_account
 from steps.answers import Answers
 from steps.errors import InputError
 from steps.facts import Facts
+from steps.knowledge import knowledge
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.runner import Result
@@ -49,9 +50,11 @@ from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.uvfailure import (
     OFFLINE_MARKERS,
     Failure,
+    Missing,
     NeedsBuild,
     NoPythonWheel,
     Unreachable,
+    newest_available,
     read_failure,
     torch_dependents,
     torch_pin,
@@ -59,6 +62,8 @@ from steps.stack.uvfailure import (
 
 RunCommand = Callable[[Action], Result | None]
 _TORCH_PIN = re.compile(r"^torch==(\d+\.\d+)", re.M)
+# a release above any real one: uv answers "only NAME<=NEWEST is available"
+_ABOVE_ALL = "999999"
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,7 @@ class Resolution:
     def lock(self) -> Lock:
         python = self._python()
         builds = self.inputs.builds if self.per_build else self.inputs.builds[:1]
+        self._check_extension_releases(python.version, builds[0])
         attempts = Attempts()
         for build in builds:
             ask = _Ask(f"venv.resolve-{build}", RESOLVE, python.version, self.inputs.requirements)
@@ -313,6 +319,41 @@ class Resolution:
             f"({'; '.join(skipped) or 'see the resolution'})",
         )
 
+    def _check_extension_releases(self, python: str, build: str) -> None:
+        """Each extension fetched from the index (its recipe's requirement is a name and
+        version) has the release asked for there; else InputError naming the newest it has.
+        Metadata only, without dependencies or builds: a release that has only source counts."""
+        recipes = knowledge().extensions
+        for at, ext in enumerate(self.answers.extensions):
+            recipe = recipes[ext.name]
+            if recipe.requirement != "{package}=={version}":
+                continue  # a local source: not the index's
+            action = f"venv.resolve-check-{recipe.package}"
+            asked = _Ask(
+                action,
+                f"Check that the index has {recipe.package} {ext.version}",
+                python,
+                [f"{recipe.package}=={ext.version}"],
+                builds=False,
+                no_deps=True,
+            )
+            compiled = self._compile(asked, build)
+            if compiled.text is not None:
+                continue
+            failure = read_failure(compiled.result.tail, self.local)
+            if isinstance(failure, Unreachable):
+                raise self.refuse.of(failure, build, python, action)
+            if not isinstance(failure, Missing):
+                continue  # it is there (only as source, or not for this Python: the build says)
+            newest = newest_available(
+                self._compile(
+                    replace(asked, requirements=[f"{recipe.package}>={_ABOVE_ALL}"]), build
+                ).result.tail
+            )
+            if newest is None:
+                continue  # no release of it at all there (a partial mirror): the source fetch says
+            raise InputError(self.refuse.no_release(at, ext.version, recipe, newest, build))
+
     # -- the lock -----------------------------------------------------------------------------
 
     def _lock_from(
@@ -360,8 +401,13 @@ class Resolution:
         pinned = [r for r in self.answers.torch.packages if requirement_name(r) == "torch"]
         if any(r.strip() != "torch" for r in pinned):
             return tuple(f"torch.packages {r}" for r in pinned)
-        if self.inputs.constraints:  # torch.cuda on a one-index mirror: the releases of that build
-            return (f"torch.cuda {self.answers.torch.cuda} ({', '.join(self.inputs.constraints)})",)
+        if self.inputs.constraints:  # one build per release: those of torch.cuda or the branch
+            key = (
+                f"torch.cuda {self.answers.torch.cuda}"
+                if self.answers.torch.cuda != "auto"
+                else f"driver.branch {self.answers.driver.branch}"
+            )
+            return (f"{key} ({', '.join(self.inputs.constraints)})",)
         followers = _followers(pins)
         held = [f"{n}=={v}" for n, v in pins.versions.items() if n not in followers]
         newer = f"torch>{Version(pins.versions['torch']).public}"

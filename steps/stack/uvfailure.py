@@ -34,6 +34,8 @@ _NO_PYTHON_WHEEL = re.compile(
 )
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
+# asked for a release above every one there: "Because only flash-attn<=2.8.3.post2 is available"
+_ONLY_UP_TO = re.compile(rf"only ({_NAME})<=([^\s,]+) is available")
 OFFLINE_MARKERS = ("network was disabled", "not found in the cache")
 OFFLINE_DETAIL = (
     "uv runs offline (UV_OFFLINE or --offline) and its cache lacks what the stack needs"
@@ -241,3 +243,9 @@ def dependencies(output: list[str]) -> list[tuple[str, str, str, str]]:
 def explanation(output: list[str], limit: int = 400) -> str:
     """uv's own explanation of a failed resolution, its last `limit` characters."""
     return _cause(output)[-limit:]
+
+
+def newest_available(output: list[str]) -> str | None:
+    """The newest release uv names when asked for one above every release the index has."""
+    m = _ONLY_UP_TO.search(" ".join(line.strip() for line in output))
+    return m.group(2) if m else None

@@ -13,8 +13,9 @@ SLOW = 2.0  # a build this many times the measured one is warned about
 
 
 def _jobs(target: BuildTarget, cores: int | None, measured_jobs: int) -> int:
-    # more jobs than were measured are not counted as faster: the longest objects set the pace
-    return max(1, min(target.max_jobs, cores or 1, measured_jobs))
+    # more jobs than were measured are not counted as faster: the longest objects set the pace;
+    # no more than the RAM holds at their peak run at once (the governor holds the rest)
+    return max(1, min(target.jobs_at_once, cores or 1, measured_jobs))
 
 
 def minutes(target: BuildTarget, cores: int | None) -> float | None:

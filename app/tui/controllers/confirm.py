@@ -7,6 +7,7 @@ from app.tui.controllers.buildtime import build_time, jobs_text
 from app.tui.controllers.buildtime import minutes as build_minutes
 from app.tui.controllers.todo import reboot_lines, reboots
 from app.tui.session import Session
+from steps.choices import BuildTarget, build_ram
 from steps.plan import Action, Plan
 from steps.units import gib
 
@@ -70,7 +71,7 @@ class ConfirmController:
                 lines.append(
                     f"{t.answer.name} {t.answer.version} for compute "
                     f"{', '.join(t.compute_capabilities)}: {build_time(t, f.cpu.logical)}; "
-                    f"RAM up to {usable}, up to {jobs_text(t.max_jobs)} at once"
+                    f"RAM up to {usable}, {self._jobs(t)}"
                 )
             out.append(("Builds", lines or [pending["extensions"].reason]))
         if reboots(plan):
@@ -80,14 +81,23 @@ class ConfirmController:
         return out
 
     def _build_ram(self) -> str:
-        m = self.session.facts.memory
-        build = self.session.answers.build
-        if m.available_bytes is None:
+        usable = build_ram(self.session.facts, self.session.answers)
+        if usable is None:
             return "what the governor allows"
-        usable = m.available_bytes - build.reserve_bytes(m.total_bytes or m.available_bytes)
-        if (limit := build.limit_bytes()) is not None:
-            usable = min(usable, limit)
-        return f"{gib(max(0, usable), digits=0)} (the governor keeps {build.memory_reserve} free)"
+        reserve = self.session.answers.build.memory_reserve
+        return f"{gib(usable, digits=0)} (the governor keeps {reserve} free)"
+
+    def _jobs(self, target: BuildTarget) -> str:
+        """How many jobs run at once, as the governor will let them: those whose peaks the RAM
+        holds, within build.max_jobs (4 jobs of 6.5 GiB are not "up to 4" in 5 GiB)."""
+        fit = target.jobs_at_once
+        peak = f"one job peaks at about {target.recipe.peak_job_gib:g} GiB"
+        if fit < target.max_jobs:
+            return (
+                f"{jobs_text(fit)} at once ({peak}; build.max_jobs {target.max_jobs} is the "
+                "ceiling)"
+            )
+        return f"up to {jobs_text(target.max_jobs)} at once ({peak})"
 
     def headline(self) -> str:
         n = len(self.plan().actions)

@@ -36,7 +36,10 @@ class ExtensionsController(StepController):
         return super().set(spec, raw)
 
     def warnings(self) -> list[str]:
-        return super().warnings() + slow_builds(self.session)
+        # a release the index lacks is found by the resolution (a worker): said here too
+        refused = self.session.stack_refused() or ""
+        about_these = [refused] if refused.startswith("extensions[") else []
+        return about_these + super().warnings() + slow_builds(self.session)
 
     def left_out(self) -> list[str]:
         built = {t.answer.name for t in self.session.choices().build_targets}
