@@ -226,6 +226,41 @@ class RebootScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+class QuestionScreen(ModalScreen[bool]):
+    """A yes/no question before something that cannot be taken back (remove an extension,
+    overwrite a file): the safe answer has the focus, so a reflex Enter changes nothing."""
+
+    BINDINGS = [Binding("escape", "answer(False)", "Cancel")]  # noqa: RUF012
+
+    def __init__(self, question: str, yes: str, no: str = "Cancel") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+        self.no = no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.question, classes="dialog-title", markup=False)
+            with Horizontal(id="buttons"):
+                yield Button(self.no, id="no")
+                yield Button(self.yes, id="yes")
+            yield Static(
+                f"Enter: {self.no.lower()} \N{MIDDLE DOT} Tab, Enter: {self.yes.lower()}",
+                classes="dialog-hint",
+                markup=False,
+            )
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class SaveScreen(ModalScreen[str | None]):
     """Save answers: the file to write. `save` writes it and says what happened; a failure
     is shown here, in the dialog, which stays open for another path (not a toast over the

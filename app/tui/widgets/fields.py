@@ -56,6 +56,7 @@ class ChoiceField(Vertical):
         self.spec = spec
         self.value = value  # the value the answers hold
         self.refused_raw = ""  # what was typed and refused
+        self.refusal = ""  # why
 
     def compose(self) -> ComposeResult:
         spec = self.spec
@@ -70,7 +71,9 @@ class ChoiceField(Vertical):
                     id=_dom_id(spec.key),
                 )
             else:
-                yield Input(self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint)
+                yield FieldInput(
+                    self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint
+                )
         yield Static("", classes="field-error", markup=False)
 
     @property
@@ -110,6 +113,15 @@ class ChoiceField(Vertical):
         elif event.value != self.value or self.refused:
             self.post_message(ChoiceField.Changed(self, self.spec.key, event.value, False))
 
+    def focus_control(self) -> None:
+        """The focus here after Enter accepted the field before: a text box shows its value
+        whole, the cursor at its end and nothing selected, so a key typed on reflex (a digit
+        meant as a jump) adds to it in sight instead of silently replacing it."""
+        widget = self.control_widget
+        if isinstance(widget, FieldInput):
+            widget.keep_value = True
+        widget.focus()
+
     def _refocus(self) -> None:
         if self.refused and self.is_attached and self.app.screen is self.screen:
             self.control_widget.focus()
@@ -128,8 +140,24 @@ class ChoiceField(Vertical):
             widget.cursor_position = len(self.value)
         self.accept(self.value)
 
+    def unaccepted(self) -> tuple[str, str] | None:
+        """What is typed here and not (yet) in the answers, and why it was refused if it was."""
+        widget = self.control_widget
+        if isinstance(widget, Input) and self.editing:
+            return widget.value, self.refusal if self.refused else ""
+        return None
+
+    def keep(self, raw: str, why: str) -> None:
+        """Show `raw` typed again (a redrawn screen), refused with `why` if it was."""
+        widget = self.control_widget
+        if isinstance(widget, Input):
+            widget.value = raw
+        if why:
+            self.refuse(why, raw)
+
     def refuse(self, why: str, raw: str = "") -> None:
         self.refused_raw = raw
+        self.refusal = why
         self.add_class("-invalid")
         self.query_one(".field-label", Label).update(f"! {self.spec.label}")
         self.query_one(".field-error", Static).update(why)
@@ -149,6 +177,21 @@ class ChoiceField(Vertical):
             widget.value = raw
             if raw != self.value or self.refused:
                 self.post_message(ChoiceField.Changed(self, self.spec.key, raw, False))
+
+
+class FieldInput(Input):
+    """A field's text box: focused by Tab its value is selected (typing replaces it); focused
+    by the move after an accepted Enter (`keep_value`), the cursor goes to its end instead."""
+
+    keep_value = False
+
+    def _on_focus(self, event: events.Focus) -> None:
+        # runs before Input's own handler, which selects the value unless told not to
+        if self.keep_value:
+            self.keep_value = False
+            self.select_on_focus = False
+            self.cursor_position = len(self.value)
+            self.call_next(setattr, self, "select_on_focus", True)
 
 
 def _dom_id(key: str) -> str:

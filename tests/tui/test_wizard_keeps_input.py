@@ -1,0 +1,109 @@
+"""What the operator typed is never lost and a reflex key never destroys (issue 34): text
+typed and not yet entered survives help, save and any dialog, and is entered by Continue,
+ctrl+s and a jump; Enter never lands on Remove, which asks; a digit in a text box is text,
+alt+digit jumps from there."""
+
+from __future__ import annotations
+
+
+from app.tui.app import WizardApp
+from app.tui.screens.modals import HelpScreen, SaveScreen
+from tests.tui.helpers import dry_session, wait_until
+from tests.tui.test_wizard_80x24 import RTX, box, field, goto, keys_line, type_into
+
+FLASH = 'version = 1\n[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\n'
+
+
+async def test_help_and_save_closed_with_esc_keep_the_typed_text_and_the_focus():
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "venv")
+        packages = box(app, "torch.packages")
+        await type_into(pilot, packages, "vllm, transformers, accelerate")
+        for key, dialog in (("f1", HelpScreen), ("ctrl+s", SaveScreen)):
+            await pilot.press(key)
+            await wait_until(pilot, lambda d=dialog: isinstance(app.screen, d), what=key)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "venv")
+            await pilot.pause(0.2)
+            packages = box(app, "torch.packages")
+            assert packages.value == "vllm, transformers, accelerate", key
+            assert app.focused is packages, (key, app.focused)
+        # Continue enters it: what goes on is what is shown
+        await pilot.press("tab")
+        app.screen.query_one("#next").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "extensions")
+        assert app.session.answers.torch.packages == ["vllm", "transformers", "accelerate"]
+
+
+async def test_ctrl_s_saves_what_is_typed_and_a_refused_field_stops_save_and_jump(tmp_path):
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "venv")
+        await type_into(pilot, box(app, "torch.packages"), "vllm, accelerate")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, SaveScreen), what="Save")
+        target = tmp_path / "answers.toml"
+        app.screen.query_one("#save-path").value = str(target)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: target.exists(), what="the saved file")
+        assert 'packages = ["vllm", "accelerate"]' in target.read_text()
+
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "venv")
+        version = box(app, "torch.version")
+        await type_into(pilot, version, "==")
+        await pilot.press("ctrl+s")  # refused in place, naming the key: no dialog
+        await pilot.pause()
+        assert getattr(app.screen, "STEP", "") == "venv" and field(app, "torch.version").refused
+        assert app.focused is version
+        await pilot.press("alt+6")  # a jump waits for it too
+        await pilot.pause()
+        assert getattr(app.screen, "STEP", "") == "venv" and app.focused is version
+
+
+async def test_enter_after_the_last_field_goes_to_continue_and_remove_asks(tmp_path):
+    answers = tmp_path / "flash.toml"
+    answers.write_text(FLASH)
+    app = WizardApp(dry_session(RTX, answers))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "extensions")
+        await type_into(pilot, box(app, "build.memory_limit"), "32GiB")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.session.answers.build.memory_limit == "32GiB"
+        assert app.focused is not None and app.focused.id == "next", app.focused
+        assert "remove" not in keys_line(app).lower()
+        # Remove asks, the safe answer focused: a reflex Enter keeps the extension
+        app.screen.query_one("#remove-0").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "extensions")
+        assert [e.name for e in app.session.answers.extensions] == ["flash-attn"]
+        app.screen.query_one("#remove-0").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?")
+        await pilot.press("tab", "enter")
+        await wait_until(pilot, lambda: not app.session.answers.extensions, what="removed")
+
+
+async def test_a_digit_after_an_accepted_enter_is_typed_in_sight_and_alt_digit_jumps():
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "venv")
+        await type_into(pilot, box(app, "torch.packages"), "vllm")
+        await pilot.press("enter")
+        await pilot.pause()
+        index = box(app, "torch.index_url")
+        assert app.focused is index
+        before = index.value
+        await pilot.press("6")  # a reflex jump: typed at the end, in sight, not over it
+        await pilot.pause()
+        assert index.value == before + "6" and getattr(app.screen, "STEP", "") == "venv"
+        assert "M-1-6 step" in keys_line(app)
+        await pilot.press("backspace", "alt+6")
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "review", what="jump")
+        assert app.session.answers.torch.packages == ["vllm"]
+
+
