@@ -67,6 +67,7 @@ class WizardApp(App[int]):
         self.nav = Navigator(self, lambda: self.runs.model, self.runs.running)
         self.clock: Callable[[], float] = time.time  # what "running 2m10s" counts from
         self.error: errors.WizardError | None = None  # the last one shown
+        self.save_path = ""  # the file the answers were saved to last: Save offers it again
         self._scrollbars = ScrollBar.renderer
         if self.glyphs.plain:
             self.ansi_color = True

@@ -5,9 +5,12 @@ alt+digit jumps from there."""
 
 from __future__ import annotations
 
+import pytest
+from textual.widgets import Input
 
 from app.tui.app import WizardApp
 from app.tui.screens.modals import HelpScreen, SaveScreen
+from app.tui.widgets.plan import CommandText
 from tests.tui.helpers import dry_session, wait_until
 from tests.tui.test_wizard_80x24 import RTX, box, field, goto, keys_line, type_into
 
@@ -77,13 +80,17 @@ async def test_enter_after_the_last_field_goes_to_continue_and_remove_asks(tmp_p
         # Remove asks, the safe answer focused: a reflex Enter keeps the extension
         app.screen.query_one("#remove-0").focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?")
+        await wait_until(
+            pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?"
+        )
         await pilot.press("enter")
         await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "extensions")
         assert [e.name for e in app.session.answers.extensions] == ["flash-attn"]
         app.screen.query_one("#remove-0").focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?")
+        await wait_until(
+            pilot, lambda: type(app.screen).__name__ == "QuestionScreen", what="Remove?"
+        )
         await pilot.press("tab", "enter")
         await wait_until(pilot, lambda: not app.session.answers.extensions, what="removed")
 
@@ -107,3 +114,64 @@ async def test_a_digit_after_an_accepted_enter_is_typed_in_sight_and_alt_digit_j
         assert app.session.answers.torch.packages == ["vllm"]
 
 
+# -- what the screens show whole ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_commands_with_a_script_show_every_line_of_it(tmp_path, size):
+    """The unpack script and flash-attn's smoke test (python -c with lines of its own) were
+    cut after their first line on Extensions and Review."""
+    answers = tmp_path / "flash.toml"
+    answers.write_text(FLASH)
+    app = WizardApp(dry_session(RTX, answers))
+    async with app.run_test(size=size) as pilot:
+        for step in ("extensions", "review"):
+            await goto(pilot, step)
+            scripts = [c for c in app.screen.query(CommandText) if "\n" in c.command]
+            assert len(scripts) >= 2, step  # the unpack script and the smoke test
+            for command in scripts:
+                lines = command.render().plain.split("\n")
+                assert command.size.height == len(lines), (step, command.command[:60])
+                assert all(len(line) <= command.size.width for line in lines)
+                assert " ".join("\n".join(lines).split()) == " ".join(command.command.split())
+            assert "ref = torch" in "\n".join(c.render().plain for c in scripts)
+
+
+async def test_help_scrolls_at_80x24():
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")  # Machine's help, the longest
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await pilot.pause()
+        body = app.screen.query_one("#help-body")
+        assert body.max_scroll_y > 0  # its last lines are below the dialog
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert body.scroll_y > 0
+        await pilot.press("end")
+        await pilot.pause()
+        assert body.scroll_y == body.max_scroll_y
+        assert "ctrl+q" in str(app.screen.query_one("#help-text").visual)
+
+
+async def test_save_asks_before_replacing_a_file_and_offers_the_same_path_again(tmp_path):
+    target = tmp_path / "answers.toml"
+    target.write_text("# the operator's own notes\n")
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, SaveScreen), what="Save")
+        app.screen.query_one("#save-path", Input).value = str(target)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen")
+        await pilot.press("enter")  # the focused answer keeps the file
+        await wait_until(pilot, lambda: isinstance(app.screen, SaveScreen))
+        assert target.read_text() == "# the operator's own notes\n"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "QuestionScreen")
+        await pilot.press("tab", "enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SaveScreen), what="saved")
+        assert target.read_text() == app.session.answers.to_toml()
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, SaveScreen), what="Save")
+        assert app.screen.query_one("#save-path", Input).value == str(target)

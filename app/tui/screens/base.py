@@ -218,9 +218,11 @@ class WizardScreen(Screen):
         if not self.accept_typed():
             return
         controller = SummaryController(self.wizard.session, self.wizard.model)
+        dialog = SaveScreen(controller.save, self.wizard.save_path)
 
         def saved(text: str | None) -> None:
             if text is not None:
+                self.wizard.save_path = dialog.path  # the next save offers the same file
                 self.notify(text, timeout=8)
 
-        self.app.push_screen(SaveScreen(controller.save), saved)
+        self.app.push_screen(dialog, saved)

@@ -118,9 +118,9 @@ class StepScreen(WizardScreen):
         Enter on an accepted value moves on to the next field, or to Continue after the last
         one (never to a Remove or Add button, where the next Enter would change the answers)."""
         field = event.field
-        if self.enter_value(field, event.raw) and event.submitted:
-            if field.control_widget.has_focus:
-                self.focus_after(field)
+        accepted = self.enter_value(field, event.raw)
+        if accepted and event.submitted and field.control_widget.has_focus:
+            self.focus_after(field)
         await self.refresh_plan()
 
     def enter_value(self, field: ChoiceField, raw: str) -> bool:
