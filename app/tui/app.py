@@ -105,7 +105,8 @@ class WizardApp(App[int]):
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, in a worker thread (uv takes
         seconds to a minute); the screen in front shows the plan again when it is done."""
-        if self.session.stack() is None and self.session.stack_refused() is None:
+        if self.session.needs_resolution():
+            self.session.resolving[self.session.stack_key()] = time.time()
             self.run_worker(self._resolve, thread=True, group="stack")
 
     def _resolve(self) -> None:

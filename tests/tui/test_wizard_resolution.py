@@ -65,3 +65,10 @@ async def test_venv_shows_uvs_refusal_under_the_packages(recorded_pypi):
         await wait_until(pilot, lambda: "uv refused" in existing(app), what="the refusal")
         note = str(field(app, "torch.packages").query_one(".field-error", Static).visual)
         assert note.startswith("uv: ") and "no kernels for compute capability 12.0" in note
+        # Review says it as `mlsetup plan` does (exit 2): no action count, no plan from tables
+        app.screen.query_one("#next").focus()
+        await goto(pilot, "review")
+        heading = str(app.screen.query_one("#heading", Static).visual)
+        assert "refused" in heading and "action" not in heading
+        assert "mlsetup: input error (" in shown(app) and not app.screen.query("#plan")
+        assert app.screen.query_one("#next").disabled

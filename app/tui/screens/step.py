@@ -67,7 +67,7 @@ class StepScreen(WizardScreen):
             )
             with Section("Choices", id="choices"):
                 for spec in c.fields():
-                    yield ChoiceField(spec, c.value(spec))
+                    yield ChoiceField(spec, c.value(spec), c.field_note(spec))
                 if self.adder is not None:
                     yield from self._extension_controls(self.adder)
             yield Section(
@@ -111,6 +111,18 @@ class StepScreen(WizardScreen):
         await self.query_one("#step-warnings", MarkedLines).show(c.warnings())
         self.query_one("#warnings-box").set_class(not c.warnings(), "-empty")
         self.query_one("#heading", Static).update(self._heading_text())
+        for field in self.query(ChoiceField):
+            field.note(c.field_note(field.spec))
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(1, self._resolving)
+
+    def _resolving(self) -> None:
+        """While uv resolves, the seconds it has taken, where the screen says so."""
+        c = self.controller
+        if c.SHOWS_RESOLUTION and self.wizard.session.resolving_since() and self.app.screen is self:
+            self.query_one("#existing", Static).update("\n".join(c.existing()))
 
     @on(ChoiceField.Changed)
     async def _changed(self, event: ChoiceField.Changed) -> None:

@@ -51,10 +51,11 @@ class ChoiceField(Vertical):
         def control(self) -> ChoiceField:
             return self.field
 
-    def __init__(self, spec: FieldSpec, value: str, **kwargs) -> None:
+    def __init__(self, spec: FieldSpec, value: str, note: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.value = value  # the value the answers hold
+        self.first_note = note  # what `note` says, from the first frame
         self.refused_raw = ""  # what was typed and refused
         self.refusal = ""  # why
 
@@ -74,7 +75,7 @@ class ChoiceField(Vertical):
                 yield FieldInput(
                     self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint
                 )
-        yield Static("", classes="field-error", markup=False)
+        yield Static(self.first_note, classes="field-error", markup=False)
 
     @property
     def control_widget(self) -> Input | Select:
@@ -154,6 +155,11 @@ class ChoiceField(Vertical):
             widget.value = raw
         if why:
             self.refuse(why, raw)
+
+    def note(self, text: str) -> None:
+        """Say `text` under the field (the value is taken: a note, not a refusal)."""
+        if not self.refused:
+            self.query_one(".field-error", Static).update(text)
 
     def refuse(self, why: str, raw: str = "") -> None:
         self.refused_raw = raw
