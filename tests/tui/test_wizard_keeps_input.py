@@ -5,14 +5,17 @@ alt+digit jumps from there."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from textual.widgets import Input
 
 from app.tui.app import WizardApp
 from app.tui.screens.modals import HelpScreen, SaveScreen
+from app.tui.session import Session
 from app.tui.widgets.plan import CommandText
-from tests.tui.helpers import dry_session, wait_until
-from tests.tui.test_wizard_80x24 import RTX, box, field, goto, keys_line, type_into
+from tests.tui.helpers import dry_session, empty_root, machine, shown, wait_until
+from tests.tui.test_wizard_80x24 import FRESH, RTX, box, field, goto, keys_line, type_into
 
 FLASH = 'version = 1\n[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\n'
 
@@ -175,3 +178,33 @@ async def test_save_asks_before_replacing_a_file_and_offers_the_same_path_again(
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, SaveScreen), what="Save")
         assert app.screen.query_one("#save-path", Input).value == str(target)
+
+
+async def test_mixed_gpu_generations_warn_on_machine_and_review(tmp_path):
+    """4x A100 and 4x RTX 4090 said "Warnings none"."""
+    data = json.loads(machine(FRESH).read_text())
+    a100 = {"name": "NVIDIA A100-SXM4-80GB", "pci_device_id": "0x20b2", "memory_bytes": 80 << 30}
+    rtx4090 = {
+        "name": "NVIDIA GeForce RTX 4090",
+        "pci_device_id": "0x2684",
+        "memory_bytes": 24 << 30,
+    }
+    for gpu in data["gpus"]:
+        gpu.update(
+            a100 | {"compute_capability": "8.0"}
+            if gpu["index"] < 4
+            else rtx4090 | {"compute_capability": "8.9"}
+        )
+    facts = tmp_path / "mixed.json"
+    facts.write_text(json.dumps(data))
+    app = WizardApp(Session.load(facts=facts, dry_run=True, root=empty_root()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        for step in ("machine", "review"):
+            await goto(pilot, step)
+            text = " ".join(shown(app).split())
+            assert (
+                "mixed GPUs: 4x NVIDIA A100-SXM4-80GB (compute 8.0, 80 GiB) and "
+                "4x NVIDIA GeForce RTX 4090 (compute 8.9, 24 GiB)" in text
+            ), step
+            assert "built for all of them (compute 8.0, 8.9)" in text
+            assert "the smallest memory, 24 GiB each" in text
