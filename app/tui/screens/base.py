@@ -165,9 +165,9 @@ class WizardScreen(Screen):
         if self.RECOMPUTE:
             await self._recompute()
 
-    async def _recompute(self) -> None:
+    async def _recompute(self, keep_focus: bool = True) -> None:
         """The body again from the answers; what is typed in a field and not yet entered (or
-        refused) is kept, and the focus stays where it was."""
+        refused) is kept, and the focus stays where it was (`keep_focus`; else on Continue)."""
         if self.app.screen is self and self.is_attached:
             typed = {f.spec.key: f.unaccepted() for f in self.query(ChoiceField)}
             focused = self.focused.id if self.focused is not None else None
@@ -175,7 +175,7 @@ class WizardScreen(Screen):
             for field in self.query(ChoiceField):
                 if kept := typed.get(field.spec.key):
                     field.keep(*kept)
-            again = self.query(f"#{focused}") if focused else None
+            again = self.query(f"#{focused}") if focused and keep_focus else None
             if again and again.first().focusable:
                 again.first().focus()
             else:

@@ -312,7 +312,9 @@ class SaveScreen(ModalScreen[str | None]):
     def _save(self) -> None:
         raw = self.query_one("#save-path", Input).value
         target = Path(raw.strip()).expanduser() if raw.strip() else None
-        if target is not None and (target.exists() or target.is_symlink()):
+        # a file of the operator's: asked first (a link or another account's file is refused
+        # by `save` itself, without a question)
+        if target is not None and target.is_file() and not target.is_symlink():
 
             def answered(yes: bool | None) -> None:
                 if yes:

@@ -216,7 +216,7 @@ class StepScreen(WizardScreen):
         if why:
             self.query_one("#add-error", Static).update(why)
             return
-        await self._recompute()
+        await self._recompute(keep_focus=False)
 
     @on(Button.Pressed, "RemoveButton")
     def _remove(self, event: Button.Pressed) -> None:
@@ -229,7 +229,7 @@ class StepScreen(WizardScreen):
         async def answered(yes: bool | None) -> None:
             if yes and self.adder is not None:
                 self.adder.remove(button.index)
-                await self._recompute()
+                await self._recompute(keep_focus=False)
 
         self.app.push_screen(
             QuestionScreen(

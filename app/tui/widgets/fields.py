@@ -96,8 +96,12 @@ class ChoiceField(Vertical):
     @on(Select.Changed)
     def _selected(self, event: Select.Changed) -> None:
         event.stop()
-        if event.value is not Select.NULL and str(event.value) != self.value:
+        if event.value is Select.NULL:
+            return
+        if str(event.value) != self.value:
             self.post_message(ChoiceField.Changed(self, self.spec.key, str(event.value), False))
+        elif self.refused:  # back to the value the answers hold: nothing is refused now
+            self.accept(self.value)
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
