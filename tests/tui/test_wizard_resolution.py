@@ -38,11 +38,11 @@ async def test_venv_shows_resolving_then_the_lock_and_the_ram_limit_keeps_it(rec
         await type_into(pilot, box(app, "torch.packages"), "vllm")
         await pilot.press("enter")
         await pilot.pause()
-        assert "Resolving with uv (" in existing(app), existing(app)
+        assert "for now: uv is resolving (" in existing(app), existing(app)
         await stack_resolved(pilot)
-        await wait_until(pilot, lambda: "uv locked torch" in existing(app), what="the lock")
+        await wait_until(pilot, lambda: "locked by uv" in existing(app), what="the lock")
         text = " ".join(existing(app).split())
-        assert "uv locked torch 2.14.0 (cu130 build, held back by vllm)" in text, text
+        assert "torch: torch==2.14.0 (cu130 build), locked by uv, held back by vllm" in text, text
 
         app.screen.query_one("#next").focus()  # from the Index URL box a digit is typed
         await goto(pilot, "extensions")  # not a stack input: no new resolution

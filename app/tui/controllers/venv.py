@@ -68,7 +68,7 @@ class VenvController(StepController):
         and build it locked and what held a newer torch back, why it could not run, or uv's
         refusal."""
         s, c = self.session, self.session.choices()
-        knowledge = f"torch {c.torch_requirement} ({c.torch_build} build)"
+        torch = f"torch: {c.torch_requirement} ({c.torch_build} build)"
         if refused := s.stack_refused():
             return f"uv refused these answers: {refused}"
         stack = s.stack()
@@ -76,17 +76,14 @@ class VenvController(StepController):
             lock = stack.lock
             why = f", held back by {', '.join(lock.decided_by)}" if lock.decided_by else ""
             note = f" ({lock.note})" if lock.note else ""
-            return (
-                f"uv locked torch {lock.torch} ({lock.build} build{why}) on Python "
-                f"{lock.python}{note}."
-            )
+            return f"{torch}, locked by uv{why}, on Python {lock.python}{note}."
         if stack is not None:
-            return f"{knowledge}, from mlsetup's knowledge: {stack.note}."
+            return f"{torch}, from mlsetup's knowledge: {stack.note}."
         since = s.resolving_since()
         if since is not None:
             seconds = max(0, int(time.time() - since))
-            return f"Resolving with uv ({seconds} s so far); until then {knowledge}."
-        return f"{knowledge}."
+            return f"{torch} for now: uv is resolving ({seconds} s so far)."
+        return f"{torch}."
 
     def field_note(self, spec: FieldSpec) -> str:
         """uv's refusal under the field that caused it: the packages when there are some,
