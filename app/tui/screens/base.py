@@ -19,7 +19,7 @@ from app.tui.controllers import SummaryController
 from app.tui.protocols import Wizard
 from app.tui.screens.modals import SaveScreen
 from app.tui.trail import jump_keys, jumps
-from app.tui.widgets.fields import ChoiceField, Trail
+from app.tui.widgets.fields import ChoiceField, FieldInput, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
 
 # the number keys jump to the screens of the trail (app.tui.trail), 1 to as many as it has
@@ -133,6 +133,10 @@ class WizardScreen(Screen):
 
     def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
         self.call_after_refresh(self.refresh_keys)
+
+    def on_field_input_jump(self, event: FieldInput.Jump) -> None:
+        if self.check_action("jump_to", (event.step,)):
+            self.action_jump_to(event.step)
 
     def on_input_changed(self, _event: Input.Changed) -> None:
         self.refresh_keys()

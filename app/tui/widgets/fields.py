@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from textual import events, on
@@ -189,11 +190,34 @@ class ChoiceField(Vertical):
                 self.post_message(ChoiceField.Changed(self, self.spec.key, raw, False))
 
 
+# What Textual reads for alt+digit from a terminal that sends Esc and the digit (xterm, tmux):
+# the characters macOS's Option key gives (textual/_ansi_sequences.py maps "\x1b5" to "∞"),
+# not "alt+5". In a text box they are a jump, as the key bar says; no answer holds them.
+ALT_DIGITS = {"¡": 1, "™": 2, "£": 3, "¢": 4, "∞": 5, "§": 6, "¶": 7, "•": 8, "ª": 9}
+ALT_DIGIT_KEYS = {unicodedata.name(c).lower().replace(" ", "_"): n for c, n in ALT_DIGITS.items()}
+
+
 class FieldInput(Input):
     """A field's text box: focused by Tab its value is selected (typing replaces it); focused
-    by the move after an accepted Enter (`keep_value`), the cursor goes to its end instead."""
+    by the move after an accepted Enter (`keep_value`), the cursor goes to its end instead.
+    Digits are typed; alt+digit jumps to a step."""
 
     keep_value = False
+
+    async def _on_key(self, event: events.Key) -> None:
+        # runs before Input's own handler, which would type the character
+        step = ALT_DIGITS.get(event.character or "") or ALT_DIGIT_KEYS.get(event.key)
+        if step is not None and step <= len(jumps()):
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.Jump(step))
+
+    class Jump(Message):
+        """alt+digit in the box: the screen jumps to step `step` (1: Machine)."""
+
+        def __init__(self, step: int) -> None:
+            super().__init__()
+            self.step = step
 
     def _on_focus(self, event: events.Focus) -> None:
         # runs before Input's own handler, which selects the value unless told not to
