@@ -122,7 +122,8 @@ class StepScreen(WizardScreen):
         """While uv resolves, the seconds it has taken, where the screen says so."""
         c = self.controller
         if c.SHOWS_RESOLUTION and self.wizard.session.resolving_since() and self.app.screen is self:
-            self.query_one("#existing", Static).update("\n".join(c.existing()))
+            for existing in self.query("#existing").results(Static):  # none mid-recompose
+                existing.update("\n".join(c.existing()))
 
     @on(ChoiceField.Changed)
     async def _changed(self, event: ChoiceField.Changed) -> None:
