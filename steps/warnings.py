@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from steps.facts import Facts
+from steps.units import gib
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ def machine_warnings(facts: Facts) -> list[StepWarning]:
                 "their compute capability is unknown until the driver is loaded.",
             )
         )
+    if mixed := mixed_gpus(facts):
+        out.append(StepWarning(None, mixed))
     if facts.driver_is_hosts():
         return out + _hosts_driver_warnings(facts)
     if facts.gpus and facts.driver is None:
@@ -81,3 +84,31 @@ def _hosts_driver_warnings(facts: Facts) -> list[StepWarning]:
             )
         ]
     return []
+
+
+def mixed_gpus(facts: Facts) -> str:
+    """Different GPU models in one machine, in plain words ("" when they are alike): torch and
+    the extensions are built for every compute capability there (a longer compile, and the
+    newest build that runs on the oldest), and a job spread over all of them runs within the
+    memory of the smallest."""
+    kinds: dict[tuple[str, str, int], int] = {}
+    for g in facts.gpus:
+        kind = (g.name or g.pci_device_id or "?", g.compute_capability or "?", g.memory_bytes or 0)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if len(kinds) < 2:
+        return ""
+    listed = " and ".join(
+        f"{n}x {name} (compute {cc}, {gib(mem, 0) if mem else 'memory unknown'})"
+        for (name, cc, mem), n in kinds.items()
+    )
+    ccs = facts.compute_capabilities
+    mems = [mem for _, _, mem in kinds if mem]
+    out = f"mixed GPUs: {listed}."
+    if len(ccs) > 1:
+        out += (
+            f" torch and the extensions are built for all of them (compute {', '.join(ccs)}): "
+            f"the build must run on the oldest, {ccs[0]}, and compiles once per capability."
+        )
+    if len(set(mems)) > 1:
+        out += f" A job across all GPUs fits the smallest memory, {gib(min(mems), 0)} each."
+    return out

@@ -67,6 +67,7 @@ class WizardApp(App[int]):
         self.nav = Navigator(self, lambda: self.runs.model, self.runs.running)
         self.clock: Callable[[], float] = time.time  # what "running 2m10s" counts from
         self.error: errors.WizardError | None = None  # the last one shown
+        self.save_path = ""  # the file the answers were saved to last: Save offers it again
         self._scrollbars = ScrollBar.renderer
         if self.glyphs.plain:
             self.ansi_color = True
@@ -104,7 +105,8 @@ class WizardApp(App[int]):
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, in a worker thread (uv takes
         seconds to a minute); the screen in front shows the plan again when it is done."""
-        if self.session.stack() is None and self.session.stack_refused() is None:
+        if self.session.needs_resolution():
+            self.session.resolving[self.session.stack_key()] = time.time()
             self.run_worker(self._resolve, thread=True, group="stack")
 
     def _resolve(self) -> None:

@@ -28,6 +28,7 @@ class Wizard(Protocol):
     session: Session
     glyphs: Glyphs
     clock: Callable[[], float]  # what "running 2m10s" counts from (tests pin it)
+    save_path: str  # the file the answers were saved to last ("": not yet)
 
     @property
     def model(self) -> RunModel: ...

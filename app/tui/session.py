@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from steps.answers import Answers, load_answers
 from steps.choices import Choices, choose
 from steps.engine import ApplyLock
-from steps.errors import InputError, describe_validation_error
+from steps.errors import InputError, describe_validation_error, refusal
 from steps.facts import Facts, load_facts
 from steps.paths import STATE_DIR, Paths
 from steps.plan import Plan
@@ -36,6 +37,7 @@ from steps.venvstate import VenvState, probe_venv
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
 DEFAULT_SAVE = "./mlsetup-answers.toml"
 Opening = Literal["wizard", "attach", "resume"]
+STACK_INDIFFERENT = ("build", "reboot")  # answers sections no resolution of the stack reads
 
 
 def parse_value(raw: str, kind: str) -> Any:
@@ -95,9 +97,11 @@ class Session:
     answers_file: Path | None = None
     notes: list[str] = field(default_factory=list)
     is_root: bool = field(default_factory=lambda: os.geteuid() == 0)
-    # the stack resolved for each answers seen (their JSON), and for those uv refused, why
+    # the stack resolved for each stack's inputs seen (`stack_key`), for those uv refused why,
+    # and when the resolution of those being resolved now started
     stacks: dict[str, PlannedStack] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, InputError] = field(default_factory=dict)
+    resolving: dict[str, float] = field(default_factory=dict)
     # called after an accepted change of the answers: the app resolves their stack again
     on_change: Callable[[], None] | None = None
 
@@ -144,24 +148,50 @@ class Session:
         """The facts are this machine's (not a recorded one's)."""
         return self.facts_file is None
 
+    def stack_key(self, answers: Answers | None = None) -> str:
+        """The answers a resolution of the stack reads: all but how the builds are run (jobs,
+        RAM) and the reboot policy, so changing those keeps the stack resolved."""
+        data = (answers or self.answers).model_dump(mode="json")
+        for section in STACK_INDIFFERENT:
+            data.pop(section, None)
+        return json.dumps(data, sort_keys=True)
+
     def stack(self) -> PlannedStack | None:
         """The stack resolved for the answers as they are now; None: not (yet) resolved."""
-        return self.stacks.get(self.answers.model_dump_json())
+        return self.stacks.get(self.stack_key())
 
     def stack_refused(self) -> str | None:
         """Why uv refused the answers as they are now (their packages do not resolve here)."""
-        return self.refused.get(self.answers.model_dump_json())
+        exc = self.refused.get(self.stack_key())
+        return str(exc) if exc is not None else None
+
+    def refused_as_cli(self) -> str | None:
+        """The refusal as `mlsetup plan` prints it for these answers (it exits 2)."""
+        exc = self.refused.get(self.stack_key())
+        return f"mlsetup: {refusal(exc)}" if exc is not None else None
+
+    def resolving_since(self) -> float | None:
+        """When the resolution of the answers as they are now started (time.time()); None:
+        none is going on."""
+        return self.resolving.get(self.stack_key())
+
+    def needs_resolution(self) -> bool:
+        key = self.stack_key()
+        return key not in self.stacks and key not in self.refused and key not in self.resolving
 
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, as `mlsetup plan` does (uv,
         metadata only, nothing written): seconds to a minute, so the app calls this in a
         worker thread and shows the plan again when it returns."""
         answers = self.answers
-        key = answers.model_dump_json()
+        key = self.stack_key(answers)
+        self.resolving.setdefault(key, time.time())
         try:
             self.stacks[key] = lock_for_plan(self.fs, self.facts, answers, self.on_machine)
         except InputError as exc:
-            self.refused[key] = str(exc)
+            self.refused[key] = exc
+        finally:
+            self.resolving.pop(key, None)
 
     def plan(self) -> Plan:
         """The plan `mlsetup plan` prints for these answers (steps.planner.plan_for, on the

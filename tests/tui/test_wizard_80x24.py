@@ -157,9 +157,10 @@ async def test_digits_in_an_input_are_typed_and_esc_cancels_the_edit():
         await pilot.press("5")  # Tab's focus selects "auto": the digit replaces it
         await pilot.pause()
         assert app.screen.name == "venv" and version.value == "5"  # typed, not a jump
-        # the key bar says what the keys do here: no jumps, F1 for help, Esc cancels the edit
+        # the key bar says what the keys do here: alt+digit jumps, F1 for help, Esc cancels
         line = keys_line(app)
-        assert jump_keys() not in line and "? help" not in line
+        assert f" {jump_keys()} step" not in line and f"M-{jump_keys()} step" in line
+        assert "? help" not in line
         assert "F1 help" in line and "Esc cancel edit" in line
         await pilot.press("escape")
         await pilot.pause()

@@ -25,6 +25,11 @@ class ReviewController:
         """The plan's refusals and warnings, and the builds this machine makes slow."""
         return [*self.plan().warnings, *slow_builds(self.session)]
 
+    def refused(self) -> str | None:
+        """The answers refused, as `mlsetup plan` says it (exit 2): Review then shows that
+        and no plan (the one from the tables would be no plan mlsetup could run)."""
+        return self.session.refused_as_cli()
+
     def why_not(self) -> str | None:
         return self.session.why_not_apply()
 

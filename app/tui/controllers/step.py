@@ -15,6 +15,8 @@ from steps.plan import Step
 
 
 class StepController:
+    SHOWS_RESOLUTION = False  # its screen says how long uv's resolution has taken so far
+
     def __init__(self, session: Session, step: str) -> None:
         self.session = session
         self.name = step
@@ -39,6 +41,10 @@ class StepController:
     def left_out(self) -> list[str]:
         """What was asked for that the plan leaves out (each one's why is a warning)."""
         return []
+
+    def field_note(self, spec: FieldSpec) -> str:
+        """What to say under a field whose value is taken but leads somewhere refused."""
+        return ""
 
     def value(self, spec: FieldSpec) -> str:
         return show_value(self.session.value(spec.key))

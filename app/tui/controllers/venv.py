@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from app.tui.controllers.answerfields import select, text
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
@@ -9,6 +11,8 @@ from app.tui.widgets.fields import FieldSpec
 
 
 class VenvController(StepController):
+    SHOWS_RESOLUTION = True
+
     def fields(self) -> list[FieldSpec]:
         return [
             text("venv.path", "Venv path"),
@@ -49,7 +53,7 @@ class VenvController(StepController):
             out.append(
                 f"It exists: Python {venv.python_version or '?'}, torch {torch or 'not installed'}."
             )
-        out.append(f"torch: {c.torch_requirement} ({c.torch_build} build).")
+        out.append(self.resolution())
         if not f.gpus and c.cuda:
             out.append(
                 f"No NVIDIA GPU here: the {c.torch_build} build installs, but torch runs on "
@@ -58,6 +62,35 @@ class VenvController(StepController):
         pythons = ", ".join(p.version for p in f.pythons) or "none"
         out.append(f"Pythons on the machine: {pythons}.")
         return out
+
+    def resolution(self) -> str:
+        """Where uv's resolution of these answers stands: going on (for how long), the torch
+        and build it locked and what held a newer torch back, why it could not run, or uv's
+        refusal."""
+        s, c = self.session, self.session.choices()
+        torch = f"torch: {c.torch_requirement} ({c.torch_build} build)"
+        if refused := s.stack_refused():
+            return f"uv refused these answers: {refused}"
+        stack = s.stack()
+        if stack is not None and stack.lock is not None:
+            lock = stack.lock
+            why = f", held back by {', '.join(lock.decided_by)}" if lock.decided_by else ""
+            note = f" ({lock.note})" if lock.note else ""
+            return f"{torch}, locked by uv{why}, on Python {lock.python}{note}."
+        if stack is not None:
+            return f"{torch}, from mlsetup's knowledge: {stack.note}."
+        since = s.resolving_since()
+        if since is not None:
+            seconds = max(0, int(time.time() - since))
+            return f"{torch} for now: uv is resolving ({seconds} s so far)."
+        return f"{torch}."
+
+    def field_note(self, spec: FieldSpec) -> str:
+        """uv's refusal under the field that caused it: the packages when there are some,
+        else the torch version."""
+        refused = self.session.stack_refused()
+        key = "torch.packages" if self.session.answers.torch.packages else "torch.version"
+        return f"uv: {refused}" if refused and spec.key == key else ""
 
     def help(self) -> str:
         c = self.session.choices()

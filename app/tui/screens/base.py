@@ -19,7 +19,7 @@ from app.tui.controllers import SummaryController
 from app.tui.protocols import Wizard
 from app.tui.screens.modals import SaveScreen
 from app.tui.trail import jump_keys, jumps
-from app.tui.widgets.fields import ChoiceField, Trail
+from app.tui.widgets.fields import ChoiceField, FieldInput, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
 
 # the number keys jump to the screens of the trail (app.tui.trail), 1 to as many as it has
@@ -47,7 +47,7 @@ class WizardScreen(Screen):
         Binding("pageup", "page(-1)", "Scroll up", show=False),
         Binding("pagedown", "page(1)", "Scroll down", show=False),
         *(
-            Binding(str(n), f"jump_to({n})", f"screen {n}", show=False)
+            Binding(f"{n},alt+{n}", f"jump_to({n})", f"screen {n}", show=False)
             for n in range(1, NUMBER_KEYS + 1)
         ),
     ]
@@ -56,6 +56,7 @@ class WizardScreen(Screen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown = False
+        self._built_for: tuple[str, bool, str | None] | None = None  # see `_inputs`
 
     @property
     def wizard(self) -> Wizard:
@@ -67,7 +68,14 @@ class WizardScreen(Screen):
     def help_text(self) -> str:
         return ""
 
+    def _inputs(self) -> tuple[str, bool, str | None]:
+        """What the body is computed from: the answers, and whether their stack is known
+        (or refused, and why)."""
+        s = self.wizard.session
+        return (s.answers.model_dump_json(), s.stack() is not None, s.stack_refused())
+
     def compose(self) -> ComposeResult:
+        self._built_for = self._inputs()
         yield Trail(self.STEP, self.wizard.glyphs, id="trail")
         yield Static(self._heading_text(), id="heading", markup=False)
         yield from self.body()
@@ -103,8 +111,8 @@ class WizardScreen(Screen):
         elif self.can_go_back():
             out.append(("Esc", "back"))
         out.append(("Tab", "next"))
-        if not typing and self.wizard.nav.can_jump():
-            out.append((jump_keys(), "step"))
+        if self.wizard.nav.can_jump():  # in a text box a digit is typed: alt+digit jumps
+            out.append((f"M-{jump_keys()}" if typing else jump_keys(), "step"))
         if any(body.max_scroll_y > 0 for body in self.query("#body")):
             out.append(("PgDn", "page"))
         return out + self.screen_hints(typing) + self.app_hints(typing)
@@ -126,6 +134,10 @@ class WizardScreen(Screen):
     def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
         self.call_after_refresh(self.refresh_keys)
 
+    def on_field_input_jump(self, event: FieldInput.Jump) -> None:
+        if self.check_action("jump_to", (event.step,)):
+            self.action_jump_to(event.step)
+
     def on_input_changed(self, _event: Input.Changed) -> None:
         self.refresh_keys()
 
@@ -145,8 +157,10 @@ class WizardScreen(Screen):
                 return
 
     def on_screen_resume(self) -> None:
-        if self._shown and self.RECOMPUTE:
-            # after the pops of a jump settle: a screen passed through on the way is left alone
+        # only when the answers changed meanwhile (not after help, save or a question closes:
+        # nothing to redraw, and what is typed stays as it is); after the pops of a jump
+        # settle: a screen passed through on the way is left alone
+        if self._shown and self.RECOMPUTE and self._built_for != self._inputs():
             self.call_after_refresh(self._recompute)
         self._shown = True
 
@@ -155,10 +169,21 @@ class WizardScreen(Screen):
         if self.RECOMPUTE:
             await self._recompute()
 
-    async def _recompute(self) -> None:
+    async def _recompute(self, keep_focus: bool = True) -> None:
+        """The body again from the answers; what is typed in a field and not yet entered (or
+        refused) is kept, and the focus stays where it was (`keep_focus`; else on Continue)."""
         if self.app.screen is self and self.is_attached:
+            typed = {f.spec.key: f.unaccepted() for f in self.query(ChoiceField)}
+            focused = self.focused.id if self.focused is not None else None
             await self.recompose()
-            self.focus_default()
+            for field in self.query(ChoiceField):
+                if kept := typed.get(field.spec.key):
+                    field.keep(*kept)
+            again = self.query(f"#{focused}") if focused and keep_focus else None
+            if again and again.first().focusable:
+                again.first().focus()
+            else:
+                self.focus_default()
             self.call_after_refresh(self.refresh_keys)
 
     def action_page(self, direction: int) -> None:
@@ -182,15 +207,26 @@ class WizardScreen(Screen):
         if self.can_go_back():
             self.app.pop_screen()
 
+    def accept_typed(self) -> bool:
+        """Enter what is typed in this screen's fields and not yet entered; False while one
+        is refused (it says so, in place). Screens without fields have nothing to enter."""
+        return True
+
     def action_jump_to(self, key: int) -> None:
-        self.wizard.nav.jump(jumps()[key - 1])
+        if self.accept_typed():
+            self.wizard.nav.jump(jumps()[key - 1])
 
     def action_save_answers(self) -> None:
-        """ctrl+s: the answers to a file the operator names (a failure stays in the dialog)."""
+        """ctrl+s: the answers to a file the operator names (a failure stays in the dialog),
+        what is typed in a field entered first: what is saved is what is shown."""
+        if not self.accept_typed():
+            return
         controller = SummaryController(self.wizard.session, self.wizard.model)
+        dialog = SaveScreen(controller.save, self.wizard.save_path)
 
         def saved(text: str | None) -> None:
             if text is not None:
+                self.wizard.save_path = dialog.path  # the next save offers the same file
                 self.notify(text, timeout=8)
 
-        self.app.push_screen(SaveScreen(controller.save), saved)
+        self.app.push_screen(dialog, saved)

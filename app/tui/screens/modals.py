@@ -22,7 +22,7 @@ Keys (the bar at the foot shows those that work where the focus is)
   Enter       press the focused button (Continue, on each step); in a
               text box take the value: refused, the focus stays there
   Tab, S-Tab  move between fields and buttons (the focused one reversed)
-  {jump_keys:<11} jump to a step (in a text box digits are typed)
+  {jump_keys:<11} jump to a step (in a text box digits are typed: alt+digit)
   Esc         back one screen; in an edited text box, cancel the edit
   PgUp, PgDn  scroll the screen
   ctrl+s      save the answers (sudo mlsetup apply --answers FILE)
@@ -36,11 +36,24 @@ In the log pane
   f  full-screen log [ ]  previous / next action"""
 
 
+SCROLL_KEYS = [
+    Binding("pagedown", "scroll('page_down')", "Read on", show=False),
+    Binding("pageup", "scroll('page_up')", show=False),
+    Binding("down", "scroll('down')", show=False),
+    Binding("up", "scroll('up')", show=False),
+    Binding("end", "scroll('end')", show=False),
+    Binding("home", "scroll('home')", show=False),
+]
+
+
 class HelpScreen(ModalScreen[None]):
+    """Help for the screen under it; longer than 80x24 allows, it scrolls (PgDn, Down, End)."""
+
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "dismiss", "Close"),
         Binding("question_mark", "dismiss", "Close", show=False),
         Binding("f1", "dismiss", "Close", show=False),
+        *SCROLL_KEYS,
     ]
 
     def __init__(self, title: str, text: str, log_keys: bool = False) -> None:
@@ -57,7 +70,10 @@ class HelpScreen(ModalScreen[None]):
                     "\n\n" + LOG_KEYS if self.log_keys else ""
                 )
                 yield Static(f"{self.text}\n\n{keys}", id="help-text", markup=False)
-            yield Static("Esc closes", classes="dialog-hint")
+            yield Static("PgDn, Down, End read on \N{MIDDLE DOT} Esc closes", classes="dialog-hint")
+
+    def action_scroll(self, how: str) -> None:
+        getattr(self.query_one("#help-body", VerticalScroll), f"scroll_{how}")(animate=False)
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -71,12 +87,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     BINDINGS = [  # noqa: RUF012
         Binding("escape", "answer(False)", "Cancel"),
-        Binding("pagedown", "scroll('page_down')", "Read on", show=False),
-        Binding("pageup", "scroll('page_up')", show=False),
-        Binding("down", "scroll('down')", show=False),
-        Binding("up", "scroll('up')", show=False),
-        Binding("end", "scroll('end')", show=False),
-        Binding("home", "scroll('home')", show=False),
+        *SCROLL_KEYS,
     ]
 
     def __init__(
@@ -226,16 +237,53 @@ class RebootScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+class QuestionScreen(ModalScreen[bool]):
+    """A yes/no question before something that cannot be taken back (remove an extension,
+    overwrite a file): the safe answer has the focus, so a reflex Enter changes nothing."""
+
+    BINDINGS = [Binding("escape", "answer(False)", "Cancel")]  # noqa: RUF012
+
+    def __init__(self, question: str, yes: str, no: str = "Cancel") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+        self.no = no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.question, classes="dialog-title", markup=False)
+            with Horizontal(id="buttons"):
+                yield Button(self.no, id="no")
+                yield Button(self.yes, id="yes")
+            yield Static(
+                f"Enter: {self.no.lower()} \N{MIDDLE DOT} Tab, Enter: {self.yes.lower()}",
+                classes="dialog-hint",
+                markup=False,
+            )
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class SaveScreen(ModalScreen[str | None]):
-    """Save answers: the file to write. `save` writes it and says what happened; a failure
-    is shown here, in the dialog, which stays open for another path (not a toast over the
-    key bar); on success the dialog closes with what to say."""
+    """Save answers: the file to write (the one saved to last, else the default). `save`
+    writes it and says what happened; a failure is shown here, in the dialog, which stays
+    open for another path (not a toast over the key bar); a file already there is replaced
+    only when the operator says so; on success the dialog closes with what to say."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
 
-    def __init__(self, save: Callable[[str], tuple[Path | None, str]]) -> None:
+    def __init__(self, save: Callable[[str], tuple[Path | None, str]], path: str = "") -> None:
         super().__init__()
         self.save = save
+        self.path = path or default_save_path()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -247,12 +295,14 @@ class SaveScreen(ModalScreen[str | None]):
             )
             with Horizontal(classes="field-row"):
                 yield Label("File", classes="field-label")
-                yield Input(default_save_path(), id="save-path", compact=True)
+                yield Input(self.path, id="save-path", compact=True)
             yield Static("", id="save-error", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Save", id="save", variant="primary")
                 yield Button("Cancel", id="cancel")
-            yield Static("Enter saves · Esc cancels", classes="dialog-hint", markup=False)
+            yield Static(
+                "Enter saves \N{MIDDLE DOT} Esc cancels", classes="dialog-hint", markup=False
+            )
 
     def on_mount(self) -> None:
         self.query_one("#save-path", Input).focus()
@@ -260,11 +310,29 @@ class SaveScreen(ModalScreen[str | None]):
     @on(Button.Pressed, "#save")
     @on(Input.Submitted, "#save-path")
     def _save(self) -> None:
-        path, text = self.save(self.query_one("#save-path", Input).value)
+        raw = self.query_one("#save-path", Input).value
+        target = Path(raw.strip()).expanduser() if raw.strip() else None
+        # a file of the operator's: asked first (a link or another account's file is refused
+        # by `save` itself, without a question)
+        if target is not None and target.is_file() and not target.is_symlink():
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._write(raw)
+
+            self.app.push_screen(
+                QuestionScreen(f"{target} is there already: replace it?", "Replace"), answered
+            )
+            return
+        self._write(raw)
+
+    def _write(self, raw: str) -> None:
+        path, text = self.save(raw)
         if path is None:
             self.query_one("#save-error", Static).update(f"! {text}")
             self.query_one("#save-path", Input).focus()
             return
+        self.path = raw
         self.dismiss(text)
 
     @on(Button.Pressed, "#cancel")

@@ -11,6 +11,7 @@ from textual.widgets import Button, Static
 
 from app.tui.controllers import ReviewController
 from app.tui.screens.base import Body, WizardScreen
+from app.tui.trail import jump_keys
 from app.tui.widgets.fields import MarkedLines, Section
 from app.tui.widgets.plan import PlanView
 
@@ -29,6 +30,8 @@ class ReviewScreen(WizardScreen):
         self.controller = ReviewController(self.wizard.session)
 
     def heading(self) -> str:
+        if self.controller.refused():
+            return "The plan: refused, as mlsetup plan refuses it (exit 2)"
         plan = self.controller.plan()
         n = len(plan.actions)
         return f"The plan: {n} action(s) to run" if n else "The plan: nothing to do"
@@ -37,18 +40,20 @@ class ReviewScreen(WizardScreen):
         return self.controller.help()
 
     def body(self) -> ComposeResult:
-        plan = self.controller.plan()
         g = self.wizard.glyphs
+        refused = self.controller.refused()
         with Body(id="body"):
-            warnings = self.controller.warnings()
-            if warnings:
-                yield Section(
-                    "Refused or warned", MarkedLines(g["warn"], warnings), classes="warnings"
+            if refused:  # no plan from the tables: nothing mlsetup would run
+                yield Section("Refused", MarkedLines(g["warn"], [refused]), classes="warnings")
+                yield Static(
+                    f"Nothing runs with these answers: go back to the step it names "
+                    f"({jump_keys()}) and change the answer.",
+                    id="why-not",
+                    markup=False,
                 )
-            yield Section("Plan", PlanView(plan.steps, g, id="plan"))
-            why = self.controller.why_not()
-            if why:
-                yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
+            else:
+                yield from self._plan()
+        why = self.controller.why_not()
         with Horizontal(id="buttons"):
             dry = self.wizard.session.dry_run
             yield Button(
@@ -60,6 +65,16 @@ class ReviewScreen(WizardScreen):
             )
             yield Button("Save answers", id="save")
             yield Button("Back", id="back")
+
+    def _plan(self) -> ComposeResult:
+        g = self.wizard.glyphs
+        warnings = self.controller.warnings()
+        if warnings:
+            yield Section("Refused or warned", MarkedLines(g["warn"], warnings), classes="warnings")
+        yield Section("Plan", PlanView(self.controller.plan().steps, g, id="plan"))
+        why = self.controller.why_not()
+        if why:
+            yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
 
     def focus_default(self) -> None:
         for button in self.query("#next, #save").results(Button):

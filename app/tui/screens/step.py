@@ -13,6 +13,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 from app.tui.controllers.extensions import ExtensionsController
 from app.tui.controllers.step import controller_for
 from app.tui.screens.base import Body, WizardScreen
+from app.tui.screens.modals import QuestionScreen
 from app.tui.widgets.fields import ChoiceField, MarkedLines, Section
 from app.tui.widgets.keybar import KeyHint
 from app.tui.widgets.plan import PlanView
@@ -66,7 +67,7 @@ class StepScreen(WizardScreen):
             )
             with Section("Choices", id="choices"):
                 for spec in c.fields():
-                    yield ChoiceField(spec, c.value(spec))
+                    yield ChoiceField(spec, c.value(spec), c.field_note(spec))
                 if self.adder is not None:
                     yield from self._extension_controls(self.adder)
             yield Section(
@@ -110,21 +111,67 @@ class StepScreen(WizardScreen):
         await self.query_one("#step-warnings", MarkedLines).show(c.warnings())
         self.query_one("#warnings-box").set_class(not c.warnings(), "-empty")
         self.query_one("#heading", Static).update(self._heading_text())
+        for field in self.query(ChoiceField):
+            field.note(c.field_note(field.spec))
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(1, self._resolving)
+
+    def _resolving(self) -> None:
+        """While uv resolves, the seconds it has taken, where the screen says so."""
+        c = self.controller
+        if c.SHOWS_RESOLUTION and self.wizard.session.resolving_since() and self.app.screen is self:
+            for existing in self.query("#existing").results(Static):  # none mid-recompose
+                existing.update("\n".join(c.existing()))
 
     @on(ChoiceField.Changed)
     async def _changed(self, event: ChoiceField.Changed) -> None:
         """The focus stays on (or comes back to) a refused field, so the next keys fix it;
-        Enter on an accepted value moves on to the next field."""
+        Enter on an accepted value moves on to the next field, or to Continue after the last
+        one (never to a Remove or Add button, where the next Enter would change the answers)."""
         field = event.field
-        why = self.controller.set(field.spec, event.raw)
-        if why:
-            field.refuse(why, event.raw)
-            field.control_widget.focus()
-        else:
-            field.accept(self.controller.value(field.spec))
-            if event.submitted and field.control_widget.has_focus:
-                self.focus_next()
+        accepted = self.enter_value(field, event.raw)
+        if accepted and event.submitted and field.control_widget.has_focus:
+            self.focus_after(field)
         await self.refresh_plan()
+
+    def enter_value(self, field: ChoiceField, raw: str) -> bool:
+        """Hand what was typed to the controller: accepted (True), or refused in place, with
+        why, the focus on it."""
+        why = self.controller.set(field.spec, raw)
+        if why:
+            field.refuse(why, raw)
+            field.control_widget.focus()
+            return False
+        field.accept(self.controller.value(field.spec))
+        return True
+
+    def focus_after(self, field: ChoiceField) -> None:
+        fields = list(self.query(ChoiceField))
+        later = fields[fields.index(field) + 1 :]
+        if later:
+            later[0].focus_control()
+        else:
+            self.focus_default()
+
+    def accept_typed(self) -> bool:
+        """What is typed but not yet entered, entered now (before Continue, a save, a jump),
+        so what is saved and planned is what is shown; False, the focus on the first refused
+        field and its key named, while one is refused."""
+        for field in self.query(ChoiceField):
+            widget = field.control_widget
+            if isinstance(widget, Input) and (widget.value != field.value or field.refused):
+                self.enter_value(field, widget.value)
+        bad = self.invalid
+        if bad:
+            self.notify(
+                f"{bad[0].spec.key} is not valid yet: fix it, or Esc sets it back", severity="error"
+            )
+            bad[0].control_widget.focus()
+            return False
+        self.call_later(self.refresh_plan)
+        return True
 
     @property
     def invalid(self) -> list[ChoiceField]:
@@ -132,14 +179,8 @@ class StepScreen(WizardScreen):
 
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
-        bad = self.invalid
-        if bad:
-            self.notify(
-                f"{bad[0].spec.key} is not valid yet: fix it, or Esc sets it back", severity="error"
-            )
-            bad[0].query_one("Input, Select").focus()
-            return
-        self.wizard.nav.next_from(self.controller.name)
+        if self.accept_typed():
+            self.wizard.nav.next_from(self.controller.name)
 
     @on(Button.Pressed, "#back")
     def _back(self) -> None:
@@ -176,15 +217,27 @@ class StepScreen(WizardScreen):
         if why:
             self.query_one("#add-error", Static).update(why)
             return
-        await self.recompose()
-        self.focus_default()
+        await self._recompute(keep_focus=False)
 
     @on(Button.Pressed, "RemoveButton")
-    async def _remove(self, event: Button.Pressed) -> None:
-        if isinstance(event.button, RemoveButton) and self.adder is not None:
-            self.adder.remove(event.button.index)
-            await self.recompose()
-            self.focus_default()
+    def _remove(self, event: Button.Pressed) -> None:
+        """Asked first, Cancel focused: a reflex Enter keeps the extension."""
+        button = event.button
+        if not isinstance(button, RemoveButton) or self.adder is None:
+            return
+        ext = self.wizard.session.answers.extensions[button.index]
+
+        async def answered(yes: bool | None) -> None:
+            if yes and self.adder is not None:
+                self.adder.remove(button.index)
+                await self._recompute(keep_focus=False)
+
+        self.app.push_screen(
+            QuestionScreen(
+                f"Remove {ext.name} {ext.version} from the extensions to build?", "Remove"
+            ),
+            answered,
+        )
 
 
 class RemoveButton(Button):

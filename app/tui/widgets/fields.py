@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from textual import events, on
@@ -51,11 +52,13 @@ class ChoiceField(Vertical):
         def control(self) -> ChoiceField:
             return self.field
 
-    def __init__(self, spec: FieldSpec, value: str, **kwargs) -> None:
+    def __init__(self, spec: FieldSpec, value: str, note: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.value = value  # the value the answers hold
+        self.first_note = note  # what `note` says, from the first frame
         self.refused_raw = ""  # what was typed and refused
+        self.refusal = ""  # why
 
     def compose(self) -> ComposeResult:
         spec = self.spec
@@ -70,8 +73,10 @@ class ChoiceField(Vertical):
                     id=_dom_id(spec.key),
                 )
             else:
-                yield Input(self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint)
-        yield Static("", classes="field-error", markup=False)
+                yield FieldInput(
+                    self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint
+                )
+        yield Static(self.first_note, classes="field-error", markup=False)
 
     @property
     def control_widget(self) -> Input | Select:
@@ -92,8 +97,12 @@ class ChoiceField(Vertical):
     @on(Select.Changed)
     def _selected(self, event: Select.Changed) -> None:
         event.stop()
-        if event.value is not Select.NULL and str(event.value) != self.value:
+        if event.value is Select.NULL:
+            return
+        if str(event.value) != self.value:
             self.post_message(ChoiceField.Changed(self, self.spec.key, str(event.value), False))
+        elif self.refused:  # back to the value the answers hold: nothing is refused now
+            self.accept(self.value)
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -109,6 +118,15 @@ class ChoiceField(Vertical):
             self.call_after_refresh(self._refocus)  # the same refused value: back to fix it
         elif event.value != self.value or self.refused:
             self.post_message(ChoiceField.Changed(self, self.spec.key, event.value, False))
+
+    def focus_control(self) -> None:
+        """The focus here after Enter accepted the field before: a text box shows its value
+        whole, the cursor at its end and nothing selected, so a key typed on reflex (a digit
+        meant as a jump) adds to it in sight instead of silently replacing it."""
+        widget = self.control_widget
+        if isinstance(widget, FieldInput):
+            widget.keep_value = True
+        widget.focus()
 
     def _refocus(self) -> None:
         if self.refused and self.is_attached and self.app.screen is self.screen:
@@ -128,8 +146,29 @@ class ChoiceField(Vertical):
             widget.cursor_position = len(self.value)
         self.accept(self.value)
 
+    def unaccepted(self) -> tuple[str, str] | None:
+        """What is typed here and not (yet) in the answers, and why it was refused if it was."""
+        widget = self.control_widget
+        if isinstance(widget, Input) and self.editing:
+            return widget.value, self.refusal if self.refused else ""
+        return None
+
+    def keep(self, raw: str, why: str) -> None:
+        """Show `raw` typed again (a redrawn screen), refused with `why` if it was."""
+        widget = self.control_widget
+        if isinstance(widget, Input):
+            widget.value = raw
+        if why:
+            self.refuse(why, raw)
+
+    def note(self, text: str) -> None:
+        """Say `text` under the field (the value is taken: a note, not a refusal)."""
+        if not self.refused:
+            self.query_one(".field-error", Static).update(text)
+
     def refuse(self, why: str, raw: str = "") -> None:
         self.refused_raw = raw
+        self.refusal = why
         self.add_class("-invalid")
         self.query_one(".field-label", Label).update(f"! {self.spec.label}")
         self.query_one(".field-error", Static).update(why)
@@ -149,6 +188,44 @@ class ChoiceField(Vertical):
             widget.value = raw
             if raw != self.value or self.refused:
                 self.post_message(ChoiceField.Changed(self, self.spec.key, raw, False))
+
+
+# What Textual reads for alt+digit from a terminal that sends Esc and the digit (xterm, tmux):
+# the characters macOS's Option key gives (textual/_ansi_sequences.py maps "\x1b5" to "∞"),
+# not "alt+5". In a text box they are a jump, as the key bar says; no answer holds them.
+ALT_DIGITS = {"¡": 1, "™": 2, "£": 3, "¢": 4, "∞": 5, "§": 6, "¶": 7, "•": 8, "ª": 9}
+ALT_DIGIT_KEYS = {unicodedata.name(c).lower().replace(" ", "_"): n for c, n in ALT_DIGITS.items()}
+
+
+class FieldInput(Input):
+    """A field's text box: focused by Tab its value is selected (typing replaces it); focused
+    by the move after an accepted Enter (`keep_value`), the cursor goes to its end instead.
+    Digits are typed; alt+digit jumps to a step."""
+
+    keep_value = False
+
+    async def _on_key(self, event: events.Key) -> None:
+        # runs before Input's own handler, which would type the character
+        step = ALT_DIGITS.get(event.character or "") or ALT_DIGIT_KEYS.get(event.key)
+        if step is not None and step <= len(jumps()):
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.Jump(step))
+
+    class Jump(Message):
+        """alt+digit in the box: the screen jumps to step `step` (1: Machine)."""
+
+        def __init__(self, step: int) -> None:
+            super().__init__()
+            self.step = step
+
+    def _on_focus(self, event: events.Focus) -> None:
+        # runs before Input's own handler, which selects the value unless told not to
+        if self.keep_value:
+            self.keep_value = False
+            self.select_on_focus = False
+            self.cursor_position = len(self.value)
+            self.call_next(setattr, self, "select_on_focus", True)
 
 
 def _dom_id(key: str) -> str:

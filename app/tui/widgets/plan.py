@@ -17,24 +17,36 @@ from steps.printable import printable
 
 def wrap_command(command: str, width: int, indent: str = "  ") -> list[str]:
     """A command in lines of `width`, broken only between its words (a path, a URL, a package
-    name stays whole for copying), the rest indented under its start. A word longer than a
-    whole line starts a line of its own and is broken after a "/" where it has one: the only
-    split left, and only where no width could hold it (the keyring URL at 80 columns)."""
-    if width < 20 or len(command) <= width:
-        return [command]
+    name stays whole for copying), the rest indented under its start. A script in it (`python
+    -c` with lines of its own) keeps every line, each indented under the command and by its
+    own indentation. A word longer than a whole line starts a line of its own and is broken
+    after a "/" where it has one: the only split left, and only where no width could hold it
+    (the keyring URL at 80 columns)."""
+    out: list[str] = []
+    for n, text in enumerate(command.split("\n")):
+        body = text.lstrip(" ")
+        lead = (indent if n else "") + " " * (len(text) - len(body))
+        out += _wrap_line(body, max(width, 20), lead, lead if n else indent)
+    return out
+
+
+def _wrap_line(text: str, width: int, first: str, rest: str) -> list[str]:
+    """One line of a command after `first`, continued after `rest`."""
+    if len(first) + len(text) <= width:
+        return [first + text]
     lines: list[str] = []
     line = ""
-    for word in command.split(" "):
+    for word in text.split(" "):
         if line and len(line) + 1 + len(word) <= width:
             line = f"{line} {word}"
             continue
         if line:
             lines.append(line)
-        line = (indent if lines else "") + word
+        line = (rest if lines else first) + word
         while len(line) > width:  # a word no line holds
-            cut = line.rfind("/", len(indent) + 1, width) + 1 or width
+            cut = line.rfind("/", len(rest) + 1, width) + 1 or width
             lines.append(line[:cut])
-            line = indent + line[cut:]
+            line = rest + line[cut:]
     lines.append(line)
     return lines
 
