@@ -71,7 +71,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         # the dry run asks first, as a real apply does, marked as a dry run
         confirm = await apply_confirmed(pilot)
         assert (
-            confirm.startswith("DRY RUN: walk 16 actions for rtx-pro-6000")
+            confirm.startswith("DRY RUN: walk 17 actions for rtx-pro-6000")
             and "Nothing runs" in confirm
         )
         assert isinstance(app.screen, RunScreen)
@@ -85,8 +85,8 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert isinstance(app.screen, SummaryScreen)
         await wait_until(pilot, lambda: "running…" not in shown(app), what="the smoke line")
         text = shown(app)
-        # 13, the stack check after the extensions, and the repo setup's lists and curl
-        assert "Dry run complete: 16 actions would run; none ran" in text
+        # 13, the stack check after the extensions, the repo setup's lists and curl, the activate
+        assert "Dry run complete: 17 actions would run; none ran" in text
         assert "Use the venv" not in text  # none was made: what a real apply would leave instead
         assert app.screen.query("#would-leave")  # the section a real apply would leave
         assert "flash-attn 2.8.3 built for compute 12.0" in text
