@@ -1,15 +1,16 @@
 """The wizard's screens in order, from the step registry (steps.registry): Machine, each step,
 Review (the number keys jump to these), then Run and Summary. Functions, not constants: a
-step added to the registry is on the trail and behind a number key with nothing else changed."""
+step added to the registry with a screen (a controller) is on the trail and behind a number key
+with nothing else changed; a step that asks nothing has no screen."""
 
 from __future__ import annotations
 
-from steps.registry import step_names
+from steps.registry import screen_steps
 
 
 def jumps() -> tuple[str, ...]:
     """The screens a number key jumps to: key 1 is Machine."""
-    return ("machine", *step_names(), "review")
+    return ("machine", *screen_steps(), "review")
 
 
 def trail() -> tuple[str, ...]:

@@ -4,12 +4,13 @@ jobs and RAM."""
 from __future__ import annotations
 
 from app.tui.controllers.answerfields import select, text
-from app.tui.controllers.buildtime import jobs_text, slow_builds
+from app.tui.controllers.buildtime import build_time, jobs_text, slow_builds
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
 from app.tui.widgets.fields import FieldSpec
 from steps.answers import BuildAnswers
 from steps.knowledge import knowledge
+from steps.plan import Step
 from steps.units import gib
 
 
@@ -91,3 +92,24 @@ class ExtensionsController(StepController):
             "RAM reserve is never given to them.\n"
             "An extension that cannot run here is refused, with why, above the commands."
         )
+
+    def confirm_section(self, step: Step) -> tuple[str, list[str]] | None:
+        s = self.session
+        usable = self._build_ram()
+        lines = [
+            f"{t.answer.name} {t.answer.version} for compute "
+            f"{', '.join(t.compute_capabilities)}: {build_time(t, s.facts.cpu.logical)}; "
+            f"RAM up to {usable}, up to {jobs_text(t.max_jobs)} at once"
+            for t in s.choices().build_targets
+        ]
+        return ("Builds", lines or [step.reason])
+
+    def _build_ram(self) -> str:
+        m = self.session.facts.memory
+        build = self.session.answers.build
+        if m.available_bytes is None:
+            return "what the governor allows"
+        usable = m.available_bytes - build.reserve_bytes(m.total_bytes or m.available_bytes)
+        if (limit := build.limit_bytes()) is not None:
+            usable = min(usable, limit)
+        return f"{gib(max(0, usable), digits=0)} (the governor keeps {build.memory_reserve} free)"
