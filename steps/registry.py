@@ -52,7 +52,9 @@ class StepSpec:
     # what a real apply leaves on the machine when the step is pending (the dry run's last
     # line, the wizard's Summary after a dry run)
     leaves: Callable[[PlanInputs], list[str]]
-    answers: str | None = None  # its section of the answers file, None when it has none
+    # the section of the answers file it is planned from (the wizard's retry after its failure
+    # goes to that section's screen), None when it has none
+    answers: str | None = None
     # its action kinds that change the system outside its packages (the confirmation's
     # "System files"); packages are said from the apt actions themselves
     system_changes: frozenset[str] = frozenset()
@@ -82,6 +84,7 @@ STEPS: tuple[StepSpec, ...] = (
         lambda i: fabric.plan(i.facts, i.answers, i.choices),
         None,
         lambda i: fabric.leaves(i.facts, i.answers, i.choices),
+        answers="driver",  # driver.action skip skips it; its branch is the driver's
         system_changes=frozenset({"repo-setup", "config-file", "load-driver", "service"}),
     ),
     StepSpec(

@@ -5,6 +5,7 @@ with nothing else changed; a step that asks nothing has no screen."""
 
 from __future__ import annotations
 
+from steps import registry
 from steps.registry import screen_steps
 
 
@@ -20,3 +21,10 @@ def trail() -> tuple[str, ...]:
 def jump_keys() -> str:
     """The number keys as the key bar and the help name them: "1-6"."""
     return f"1-{len(jumps())}"
+
+
+def answers_screen(step: str) -> str:
+    """The screen that edits the answers `step` is planned from (the registry's answers
+    section: the fabric step follows the driver's); Review for a step with none."""
+    section = next((s.answers for s in registry.STEPS if s.name == step), None)
+    return section if section in jumps() else "review"

@@ -9,6 +9,7 @@ from pathlib import Path
 from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
+from app.tui.trail import answers_screen
 from steps import registry
 from steps.engine import RESUME_COMMAND
 from steps.exitcodes import EXIT_OK, EXIT_REBOOT
@@ -90,7 +91,8 @@ class SummaryController:
             return [
                 f"Fix it: {m.failed.next}",
                 "Or change an answer: r goes back to the "
-                f"{m.failed.step} step, then Apply again (done actions are not run again).",
+                f"{answers_screen(m.failed.step)} screen, then Apply again (done actions are not "
+                "run again).",
             ]
         if m.lost:
             return [f"Follow or continue the setup: {RESUME_COMMAND}"]
