@@ -55,7 +55,7 @@ def needs_nvlsm(facts: Facts) -> bool:
 def persistenced_wanted(facts: Facts) -> bool:
     """nvidia-persistenced runs on every server install: a machine with NVIDIA GPUs whose
     driver mlsetup manages (where the driver is the host's, it is not ours to run)."""
-    return bool(facts.gpus)
+    return bool(facts.gpus) and not facts.driver_is_hosts()
 
 
 def plan(facts: Facts, answers: Answers, choices: Choices) -> Outcome:
@@ -63,6 +63,11 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Outcome:
         return satisfied("no NVIDIA GPU: no fabric or GPU daemons")
     if answers.driver.action == "skip":
         return satisfied("skipped: driver.action is skip (the driver's daemons come with it)")
+    if facts.driver_is_hosts():
+        return satisfied(
+            f"the driver is the host's ({facts.environment_label()}): so are its Fabric Manager "
+            "and daemons"
+        )
     kind = board(facts)
     if kind == "unknown":
         n = len(facts.gpus)
@@ -83,7 +88,9 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Outcome:
 
 def leaves(facts: Facts, answers: Answers, choices: Choices) -> list[str]:
     kind = board(facts)
-    if not facts.gpus or answers.driver.action == "skip" or kind == "unknown":
+    if not facts.gpus or answers.driver.action == "skip" or facts.driver_is_hosts():
+        return []
+    if kind == "unknown":  # decided at apply
         return []
     missing = [name for name in _wanted(facts, kind) if not _runs(facts, name)]
     return [f"{_label(name)} enabled and running" for name in missing]

@@ -29,7 +29,7 @@ HGX_H100 = MACHINES / "fresh-h100x8-ubuntu2204.json"
 
 def case_facts(change: dict[str, Any]) -> Facts:
     """The recorded HGX H100 box with the case's changes: GPUs (model and count), NVSwitches
-    (a count; "absent": a file recorded before the key), daemons, the driver."""
+    (a count; "absent": a file recorded before the key), daemons, the driver, the environment."""
     data = json.loads(HGX_H100.read_text())
     if gpus := change.get("gpus"):
         data["gpus"] = [
@@ -56,8 +56,9 @@ def case_facts(change: dict[str, Any]) -> Facts:
         del data["daemons"]
     elif "daemons" in change:
         data["daemons"] = change["daemons"]
-    if "driver" in change:
-        data["driver"] = change["driver"]
+    for key in ("driver", "environment"):
+        if key in change:
+            data[key] = change[key]
     return facts_from_json(json.dumps(data), "case")
 
 
