@@ -28,6 +28,7 @@ from steps.events import (
 from steps.facts import Facts
 from steps.plan import Plan
 from steps.printable import printable
+from steps.registry import label_width
 from steps.units import clock, duration
 from steps.warnings import machine_warnings
 
@@ -47,7 +48,7 @@ def plan_text(plan: Plan) -> str:
         lines += [f"warning: {w}" for w in plan.warnings] + [""]
     for n, step in enumerate(plan.steps, 1):
         mark = "✓" if step.status == "satisfied" else "→"
-        lines.append(f"{n}. {step.name:<11}{mark} {step.status}: {step.reason}")
+        lines.append(f"{n}. {step.name:<{label_width()}}{mark} {step.status}: {step.reason}")
         for action in step.actions:
             reboot = "  (reboot after)" if action.reboot_after else ""
             lines.append(f"     [{action.id}] {action.title}{reboot}")
@@ -79,7 +80,8 @@ class ConsolePrinter:
     def _print(self, t: float, text: str, step: str | None = None) -> None:
         if self.t0 is None:
             self.t0 = t
-        self._write(f"[{clock(t - self.t0)}] {(self.step if step is None else step):<11} {text}\n")
+        label = self.step if step is None else step
+        self._write(f"[{clock(t - self.t0)}] {label:<{label_width()}} {text}\n")
         self.out.flush()
         self.last_print = t
 

@@ -1,4 +1,4 @@
-"""Wizard step 1: the NVIDIA driver."""
+"""The NVIDIA driver step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
 from steps.choices import Choices
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR, knowledge
-from steps.plan import Action, Step, pending, satisfied
+from steps.plan import Action, Outcome, pending, satisfied
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/mlsetup-blacklist-nouveau.conf"
 
@@ -27,15 +27,15 @@ def satisfied_reason(facts: Facts, answers: Answers, choices: Choices) -> str | 
     return None
 
 
-def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
+def plan(facts: Facts, answers: Answers, choices: Choices) -> Outcome:
     if facts.driver_is_hosts() and facts.gpus and answers.driver.action != "skip":
         return hosts_driver(facts, choices)
     reason = satisfied_reason(facts, answers, choices)
     if reason:
-        return satisfied("driver", reason)
+        return satisfied(reason)
     repo = nvidia_repo_actions(facts)
     if repo is None:
-        return pending("driver", no_repo_reason(facts), [])
+        return pending(no_repo_reason(facts), [])
 
     pin, package = knowledge().repo.driver_packages(choices.driver_branch, choices.driver_modules)
     # the repo's first two actions refresh the lists and install its download tools; DKMS
@@ -81,7 +81,14 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
             reboot_after=True,
         )
     )
-    return pending("driver", _why_install(facts, answers, choices), actions)
+    return pending(_why_install(facts, answers, choices), actions)
+
+
+def leaves(choices: Choices) -> list[str]:
+    return [
+        f"NVIDIA driver {choices.driver_branch} ({choices.driver_modules} kernel modules), "
+        "loaded after a reboot"
+    ]
 
 
 def _why_install(facts: Facts, answers: Answers, choices: Choices) -> str:
@@ -107,7 +114,7 @@ def _why_install(facts: Facts, answers: Answers, choices: Choices) -> str:
 # -- where the driver is the host's (a container, WSL) --------------------------------------------
 
 
-def hosts_driver(facts: Facts, choices: Choices) -> Step:
+def hosts_driver(facts: Facts, choices: Choices) -> Outcome:
     """In a container or WSL the driver is the host's: satisfied when it runs the chosen CUDA,
     else pending with no action (the run stops there and says what to do on the host). Nothing
     here touches kernel modules, the initramfs, Secure Boot or a reboot."""
@@ -115,12 +122,9 @@ def hosts_driver(facts: Facts, choices: Choices) -> Step:
     drv = facts.driver
     if drv is not None and drv.loaded and choices.driver_ok:
         what = f"CUDA {choices.cuda}" if choices.cuda else "the CPU build of torch"
-        return satisfied(
-            "driver", f"the host provides driver {drv.version} ({where}): it runs {what}"
-        )
+        return satisfied(f"the host provides driver {drv.version} ({where}): it runs {what}")
     if drv is not None and drv.loaded:
         return pending(
-            "driver",
             f"the host's driver {drv.version} ({where}) runs CUDA up to "
             f"{drv.cuda_max or 'unknown'}, older than torch's CUDA {choices.cuda}; mlsetup never "
             "installs a driver here: update the driver on the host, or set torch.cuda to a "
@@ -138,7 +142,6 @@ def hosts_driver(facts: Facts, choices: Choices) -> Step:
             "docker run --gpus all, podman run --device nvidia.com/gpu=all)"
         )
     return pending(
-        "driver",
         f"no NVIDIA driver answers in {where}, where the driver is the host's and mlsetup "
         f"never installs one: {fix}",
         [],

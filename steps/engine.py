@@ -91,6 +91,7 @@ class Engine:
         self.stack = StackSettler(self.apply_run, self.actions)
         self.frozen = FrozenStack(self.apply_run, self.actions)
         self.plan: Plan | None = None
+        self.facts: Facts | None = None  # the facts self.plan was made from
         self._event_log: EventLog | None = None
         self._events: Path | None = None
         self._decisions: DecisionLog | None = None
@@ -123,7 +124,7 @@ class Engine:
             self.emit(PlanMade(plan=json.loads(plan.to_json())))
             if self.apply_run.state is not None:
                 self.apply_run.state.plan = json.loads(plan.to_json())
-        self.plan = plan
+        self.plan, self.facts = plan, facts
         return facts, plan
 
     def _stack(self) -> PlannedStack:
@@ -179,7 +180,9 @@ class Engine:
             return self._finish(stop.code, "failed", stop.summary)
         choices = self.apply_run.choices
         if self.req.dry_run:
-            summary = dry_run_summary(self.plan, choices, self.req.answers_path)
+            summary = dry_run_summary(
+                self.plan, self.facts, self.req.answers, choices, self.req.answers_path
+            )
             return self._finish(EXIT_OK, "done", summary)
         return self._finish(
             EXIT_OK,

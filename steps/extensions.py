@@ -1,4 +1,4 @@
-"""Wizard step 4: CUDA extensions (flash-attn and friends) built against the venv's torch.
+"""The extensions step: CUDA extensions (flash-attn and friends) built against the venv's torch.
 
 An extension is installed from a wheel already built for exactly this torch, Python and set of
 GPUs (the machine's cache or the fleet's wheelhouse) when there is one. Otherwise its source is
@@ -23,7 +23,7 @@ from steps.answers import Answers
 from steps.buildtools import ninja_path, tool_env
 from steps.choices import BuildTarget, Choices
 from steps.facts import Facts
-from steps.plan import Action, Step, pending, satisfied
+from steps.plan import Action, Outcome, pending, satisfied
 from steps.sourcetree import SOURCE
 from steps.stack.index import configured, index_args
 from steps.stack.inputs import requested_names
@@ -354,9 +354,9 @@ def plan(
     choices: Choices,
     venv: VenvState | None,
     wheels: Mapping[str, str],
-) -> Step:
+) -> Outcome:
     if not answers.extensions:
-        return satisfied("extensions", "no extensions requested")
+        return satisfied("no extensions requested")
     actions: list[Action] = []
     done: list[str] = []
     for target in choices.build_targets:
@@ -366,7 +366,6 @@ def plan(
         todo = _actions(target, answers, choices, venv, wheels)
         if not todo:
             return pending(
-                "extensions",
                 f"{target.answer.name} {target.answer.version} has "
                 'source = "wheel" but no wheel was built earlier for this torch, '
                 "Python and GPUs (machine cache or build.wheelhouse); set source = "
@@ -376,8 +375,8 @@ def plan(
         actions += todo
     if not actions:
         if done:
-            return satisfied("extensions", f"already installed: {', '.join(done)}")
-        return satisfied("extensions", "nothing to build: see the warnings")
+            return satisfied(f"already installed: {', '.join(done)}")
+        return satisfied("nothing to build: see the warnings")
     built = [a.target for a in actions if a.kind == "build" and a.target]
     reused = [a.target for a in actions if a.kind == "install-wheel" and a.target]
     actions.append(stack_check(choices, venv, requested_names(answers)))
@@ -386,4 +385,11 @@ def plan(
         if built
         else []
     ) + ([f"install {', '.join(reused)} from wheels built earlier"] if reused else [])
-    return pending("extensions", "; ".join(parts), actions)
+    return pending("; ".join(parts), actions)
+
+
+def leaves(choices: Choices) -> list[str]:
+    return [
+        f"{t.answer.name} {t.answer.version} built for compute {', '.join(t.compute_capabilities)}"
+        for t in choices.build_targets
+    ]

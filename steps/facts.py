@@ -3,7 +3,8 @@
 `None` means the probe could not tell. The keys of the first release are always present; a key
 added since is optional (absent in a file recorded before it, read as `None`: unknown), so every
 recorded machine still loads. Facts are read from a live machine by `steps.probe` or loaded from
-a recorded JSON file, so a plan can be made for a machine that is not this one.
+a recorded JSON file, so a plan can be made for a machine that is not this one. The schema
+stays mlsetup.facts/1 as keys are added; none is removed or given another meaning.
 """
 
 from __future__ import annotations
@@ -146,6 +147,28 @@ class Environment(_Strict):
 L4tRelease = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){1,2}$")]
 
 
+# -- the NVSwitch fabric: the switches, and the GPU daemons ---------------------------------
+
+
+class NvSwitch(_Strict):
+    """An NVSwitch: an NVIDIA PCI function of class 0x0680 (assets/fabric.toml)."""
+
+    pci_bus_id: PciBusId
+    pci_device_id: str | None = Field(pattern=r"^0x[0-9a-f]{4}$")
+
+
+class Daemon(_Strict):
+    """A GPU system daemon's package and process."""
+
+    installed: bool  # its package (dpkg: install ok installed)
+    # the package's version, less epoch and Debian revision ("580.95.05" of "580.95.05-1")
+    version: str | None = Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$")
+    active: bool | None  # its daemon runs; None: the process table could not be read
+
+
+DaemonName = Literal["nvidia-fabricmanager", "nvlsm", "nvidia-imex", "nvidia-persistenced"]
+
+
 class Facts(_Strict):
     schema_: Literal["mlsetup.facts/1"] = Field(alias="schema", default=FACTS_SCHEMA)
     os: OsInfo
@@ -167,6 +190,8 @@ class Facts(_Strict):
     tegra: bool | None = None
     # its L4T release from /etc/nv_tegra_release, e.g. 36.4.3; None: no Tegra, or not said
     l4t_release: L4tRelease | None = None
+    nvswitches: Annotated[list[NvSwitch], Field(max_length=64)] | None = None
+    daemons: dict[DaemonName, Daemon] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -178,6 +203,10 @@ class Facts(_Strict):
         """Distinct known compute capabilities of the GPUs present, lowest first."""
         found = {g.compute_capability for g in self.gpus if g.compute_capability}
         return sorted(found, key=Version)
+
+    def daemon(self, name: DaemonName) -> Daemon | None:
+        """What the probe saw of a daemon; None when unknown."""
+        return None if self.daemons is None else self.daemons.get(name)
 
     def toolkit(self, version: str) -> Toolkit | None:
         return next((t for t in self.toolkits if t.version == version), None)

@@ -22,6 +22,7 @@ from steps.settings import settings
 from steps.tables import (
     CudaTable,
     DriverTable,
+    FabricTable,
     GpusTable,
     NvidiaRepoTable,
     PythonsTable,
@@ -255,6 +256,7 @@ class Knowledge:
     torch: TorchKnowledge
     extensions: dict[str, ExtensionRecipe]
     pythons: tuple[str, ...]  # CPython versions, the most widely covered by wheels first
+    fabric: FabricTable  # NVSwitch boards: Fabric Manager, NVLSM, IMEX (assets/fabric.toml)
 
 
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
@@ -339,4 +341,5 @@ def knowledge() -> Knowledge:
         ),
         extensions=_recipes(),
         pythons=tuple(p.version for p in load_table("pythons.toml", PythonsTable).python),
+        fabric=load_table("fabric.toml", FabricTable),
     )

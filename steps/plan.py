@@ -5,36 +5,30 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
-from pydantic_core import CoreSchema
+from pydantic import BaseModel, ConfigDict, Field
 
 PLAN_SCHEMA: Final = "mlsetup.plan/1"
 
 
-def _known_step(name: str) -> str:
-    from steps.registry import step_names  # the registry imports the step modules, and they this
-
-    if name not in step_names():
-        raise ValueError(f"{name!r} is no step; the steps are {', '.join(step_names())}")
-    return name
+# The registry's step names, for the JSON schemas of Plan and Report (steps.registry hands
+# them over when it is loaded: the registry imports the step modules, which import this).
+_step_names: list[Callable[[], Sequence[str]]] = []
 
 
-class _StepNames:
-    """The JSON schema of a step name: one of the registry's (docs/formats.md lists them)."""
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, core: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> dict[str, Any]:
-        from steps.registry import step_names
-
-        return {"enum": list(step_names()), "type": "string"}
+def name_the_steps(names: Callable[[], Sequence[str]]) -> None:
+    _step_names[:] = [names]
 
 
-# A step's name, as steps.registry names them (its order is theirs)
-StepName = Annotated[str, AfterValidator(_known_step), _StepNames]
+def _step_name_schema(schema: dict[str, Any]) -> None:
+    schema["enum"] = [name for names in _step_names for name in names()]
+
+
+# A step's name: the planner stamps each step with its registry entry's name (docs/formats.md
+# lists them); the schema's enum is the registry's order
+StepName = Annotated[str, Field(json_schema_extra=_step_name_schema)]
 # What an action is; the engine and the front ends decide by this, never by reading its id.
 ActionKind = Literal[
     "package-index",  # apt-get update
@@ -59,6 +53,7 @@ ActionKind = Literal[
     "source-hashes",  # the hashes of the extensions' sources, read from their index
     "stack-check",  # after the last extension: the stack is still the lock, each one imports
     "check",  # an action of a check-only step (steps.registry): its exit code is the verdict
+    "service",  # a system daemon enabled and started (systemctl enable --now)
 ]
 
 
@@ -87,7 +82,23 @@ class Action(BaseModel):
         return shlex.join(words)
 
 
+class Outcome(BaseModel):
+    """What a step's planner returns: satisfied, or the actions that satisfy it. It has no name:
+    the planner names it after the step's registry entry (`named`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["pending", "satisfied"]
+    reason: str
+    actions: list[Action] = Field(default_factory=list)
+
+    def named(self, name: str) -> Step:
+        return Step(name=name, **dict(self))
+
+
 class Step(BaseModel):
+    """A named outcome, as the plan holds it (its name first, as the plan file shows it)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: StepName
@@ -117,9 +128,9 @@ class Plan(BaseModel):
         return [a for s in self.steps for a in s.actions]
 
 
-def satisfied(name: StepName, reason: str) -> Step:
-    return Step(name=name, status="satisfied", reason=reason)
+def satisfied(reason: str) -> Outcome:
+    return Outcome(status="satisfied", reason=reason)
 
 
-def pending(name: StepName, reason: str, actions: list[Action]) -> Step:
-    return Step(name=name, status="pending", reason=reason, actions=actions)
+def pending(reason: str, actions: list[Action]) -> Outcome:
+    return Outcome(status="pending", reason=reason, actions=actions)

@@ -39,7 +39,8 @@ def make_plan(
     choices: Choices = choose(facts, answers, lock)
     check_on_machine(choices, answers, None)
     inputs = registry.PlanInputs(facts, answers, choices, venv, wheels or {})
-    steps = _share_repo_setup([spec.plan(inputs) for spec in registry.STEPS])
+    # each step named after its registry entry: a step module names no step
+    steps = _share_repo_setup([spec.plan(inputs).named(spec.name) for spec in registry.STEPS])
     _check_reboot_policy(facts, answers, steps)
     return Plan(
         warnings=[*notes, *(w.text for w in choices.warnings)],

@@ -18,6 +18,7 @@ from pathlib import Path
 import distro
 import psutil
 
+from steps import fabric_probe
 from steps.accounts import account_by_uid, lookup_account
 from steps.errors import InputError, input_kind
 from steps.facts import (
@@ -82,6 +83,8 @@ def probe(fs: RootFS | None = None, env: Mapping[str, str] | None = None) -> Pro
         environment=environment,
         tegra=tegra,
         l4t_release=l4t_release,
+        nvswitches=fabric_probe.nvswitches(fs),
+        daemons=fabric_probe.daemons(fs),
     )
     notes = []
     if nvml is None and (driver or facts.gpus):  # on a box with no NVIDIA GPU, NVML is moot

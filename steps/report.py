@@ -15,10 +15,12 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from steps import registry
+from steps.answers import Answers
 from steps.choices import Choices
 from steps.diagnose import answers_command
 from steps.events import Failed
-from steps.knowledge import knowledge
+from steps.facts import Facts
 from steps.plan import Plan, Step, StepName
 from steps.stack.lock import STATE_LOCK, Lock
 from steps.state import State, write_atomic
@@ -35,8 +37,7 @@ class Failure(_Strict):
     """Why the run stopped: the same what / why / next the console and the TUI showed."""
 
     step: str = Field(
-        description="the step that failed (driver, toolkit, venv, extensions; "
-        "start when nothing had begun)"
+        description=f"the step that failed ({registry.names_text()}; start when nothing had begun)"
     )
     action: str | None = Field(
         description="the action that failed, or null (a check between actions)"
@@ -233,23 +234,23 @@ def write_report(path: Path, report: Report) -> None:
     write_atomic(path, report.to_json())
 
 
-def dry_run_summary(plan: Plan | None, choices: Choices, answers_path: str | None) -> str:
-    """How a dry run ends: that nothing changed, and what the real apply would leave (a venv
-    the dry run did not make cannot be used yet)."""
+def dry_run_summary(
+    plan: Plan | None,
+    facts: Facts | None,
+    answers: Answers,
+    choices: Choices,
+    answers_path: str | None,
+) -> str:
+    """How a dry run ends: that nothing changed, and what the real apply would leave (each
+    pending step's lines, steps.registry; a venv the dry run did not make cannot be used yet)."""
     pending = {step.name for step in plan.steps if step.status == "pending"} if plan else set()
-    leaves = []
-    if "driver" in pending:
-        leaves.append(
-            f"NVIDIA driver {choices.driver_branch} ({choices.driver_modules} kernel modules), "
-            "loaded after a reboot"
-        )
-    repo = knowledge().repo
-    leaves += [f"CUDA {v} at {repo.toolkit_path_for(v)}" for v in choices.toolkits]
-    venv = f"a Python {choices.python} venv at {choices.venv_path} ({choices.owner.name}'s)"
-    leaves.append(f"{venv} with {choices.torch_requirement} ({choices.torch_build} build)")
-    leaves += [f"{t.recipe.package} {t.answer.version}" for t in choices.build_targets]
+    leaves = (
+        registry.would_leave(registry.PlanInputs(facts, answers, choices), pending)
+        if facts is not None
+        else []
+    )
     return (
         "dry run: nothing was changed (no command ran); "
-        f"{answers_command(answers_path)} would leave {'; '.join(leaves)}; then use the venv "
-        f"with: source {choices.venv_path}/bin/activate"
+        f"{answers_command(answers_path)} would leave {'; '.join(leaves) or 'nothing new'}; then "
+        f"use the venv with: source {choices.venv_path}/bin/activate"
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
@@ -112,6 +112,32 @@ class NvidiaRepoTable(Table):
     repo_arches: dict[str, list[Text]] = Field(default_factory=dict)
     wsl: WslRepo
     driver_package: DriverPackages
+
+
+DaemonName = Literal["nvidia-fabricmanager", "nvlsm", "nvidia-imex", "nvidia-persistenced"]
+
+
+class FabricTable(Table):
+    """assets/fabric.toml: the boards that need Fabric Manager, NVLSM or IMEX, and the names
+    of their packages, units and daemons. Served as it is (knowledge().fabric)."""
+
+    nvswitch_class: PciId
+    nvswitch_board_devices: list[PciId] = Field(min_length=1)
+    nvswitch_board_gpus: Annotated[int, Strict(), Field(ge=2)]
+    nvlsm_devices: list[PciId]
+    nvlsm_modules: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]]
+    nvl_tray_devices: list[PciId]
+    unsuffixed_from_branch: Branch
+    fabricmanager_package: Text
+    imex_package: Text
+    nvlsm_package: Text
+    persistenced_package: Text
+    units: dict[DaemonName, Text]
+    daemons: dict[DaemonName, Text]
+
+    def package(self, name: str, branch: int) -> str:
+        """A driver-versioned package (Fabric Manager, IMEX) of `branch`'s naming."""
+        return name if branch >= self.unsuffixed_from_branch else f"{name}-{branch}"
 
 
 class TorchReleaseRow(Table):

@@ -1,4 +1,4 @@
-"""Wizard step 2: CUDA toolkit(s), installed beside any that exist, never replacing one."""
+"""The CUDA toolkit step: toolkits installed beside any that exist, never replacing one."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
 from steps.choices import Choices
 from steps.facts import Facts
 from steps.knowledge import knowledge
-from steps.plan import Step, pending, satisfied
+from steps.plan import Outcome, pending, satisfied
 
 
 def missing(facts: Facts, choices: Choices) -> list[str]:
     return [v for v in choices.toolkits if facts.toolkit(v) is None]
 
 
-def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
+def plan(facts: Facts, answers: Answers, choices: Choices) -> Outcome:
     if not choices.toolkits:
-        return satisfied("toolkit", "no CUDA toolkit needed: torch is the CPU build")
+        return satisfied("no CUDA toolkit needed: torch is the CPU build")
     todo = missing(facts, choices)
     present = [f"CUDA {t.version} at {t.path}" for t in facts.toolkits]
     if not todo:
-        return satisfied("toolkit", "already installed: " + ", ".join(present))
+        return satisfied("already installed: " + ", ".join(present))
     repo = nvidia_repo_actions(facts)
     if repo is None:
-        return pending("toolkit", no_repo_reason(facts), [])
+        return pending(no_repo_reason(facts), [])
     k = knowledge().repo
     beside = f" beside {', '.join(present)}" if present else ""
     paths = ", ".join(k.toolkit_path_for(v) for v in todo)
@@ -37,4 +37,9 @@ def plan(facts: Facts, answers: Answers, choices: Choices) -> Step:
         )
         for v in todo
     ]
-    return pending("toolkit", reason, actions)
+    return pending(reason, actions)
+
+
+def leaves(facts: Facts, choices: Choices) -> list[str]:
+    k = knowledge().repo
+    return [f"CUDA {v} at {k.toolkit_path_for(v)}" for v in missing(facts, choices)]

@@ -1,4 +1,4 @@
-"""Wizard step 3: a uv-created venv, owned by the invoking user, holding exactly the locked stack.
+"""The venv step: a uv-created venv, owned by the invoking user, holding exactly the locked stack.
 
 Before any step runs, the run has its lock (steps.stack.obtain). `plan` asks whether the venv
 already holds that lock and, if not, creates the venv and installs the lock in one
@@ -15,7 +15,7 @@ from steps.answers import Answers
 from steps.choices import Choices
 from steps.facts import Facts
 from steps.knowledge import knowledge
-from steps.plan import Action, Step, pending, satisfied
+from steps.plan import Action, Outcome, pending, satisfied
 from steps.stack.commands import sync_argv
 from steps.stack.index import configured, index_args
 from steps.stack.inputs import requested_names
@@ -174,14 +174,13 @@ def smoke_action(facts: Facts, choices: Choices, torch: str, packages: list[str]
     )
 
 
-def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Step:
+def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | None) -> Outcome:
     path, lock = choices.venv_path, choices.lock
     home = cuda_home(facts, choices)
     activate = [_activate(choices, home)] if home else []
     if lock is None and unlocked_ok(venv, answers, choices):
         have = venv.version_of("torch") if venv else None
         return satisfied(
-            "venv",
             f"{path} has torch {have} and every requested package (not "
             "locked: no index to resolve against)",
         )
@@ -198,7 +197,6 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
             smoke_action(facts, choices, "", requested_names(answers)),
         ]
         return pending(
-            "venv",
             f"the resolution happens at apply (uv, {choices.torch_build} "
             f"build first); planned from knowledge: {choices.torch_requirement} "
             f"and {', '.join(answers.torch.packages) or 'no other packages'}",
@@ -207,7 +205,6 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     have = venv.python_version if venv else None
     if have and ".".join(have.split(".")[:2]) != lock.python:
         return pending(
-            "venv",
             f"{path} has Python {have}, but the lock is for Python "
             f"{lock.python}: move that venv away or set venv.path to a new one",
             [],
@@ -215,11 +212,8 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     missing = lock_missing(venv, lock)
     if venv is not None and not missing:
         if venv.cuda_home == home or not home:
-            return satisfied(
-                "venv", f"{path} holds the locked stack: {stack_text(lock)}{_activated(home)}"
-            )
+            return satisfied(f"{path} holds the locked stack: {stack_text(lock)}{_activated(home)}")
         return pending(
-            "venv",
             f"{path} holds the locked stack, but its activate does not set CUDA_HOME={home} "
             f"(torch's CUDA {choices.cuda})",
             activate,
@@ -240,8 +234,14 @@ def plan(facts: Facts, answers: Answers, choices: Choices, venv: VenvState | Non
     why = f"no venv at {path}" if venv is None else f"{path} lacks {', '.join(missing[:6])}"
     note = f" ({lock.note})" if lock.note else ""
     return pending(
-        "venv",
         f"{why}: install the lock, {stack_text(lock)}{note}{_built_here(lock, choices)}"
         f"{lock.held_back_text}",
         actions,
     )
+
+
+def leaves(choices: Choices) -> list[str]:
+    return [
+        f"a Python {choices.python} venv at {choices.venv_path} ({choices.owner.name}'s) with "
+        f"{choices.torch_requirement} ({choices.torch_build} build)"
+    ]

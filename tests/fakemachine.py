@@ -83,6 +83,24 @@ class FakeMachine:
     def gpu(self, bus: str = "0000:00:06.0", device: str = "0x2335") -> None:
         self.pci_device(bus, "0x10de", device, "0x030200")
 
+    def nvswitch(self, bus: str, device: str = "0x22a3") -> None:
+        """An NVSwitch as sysfs shows it: NVIDIA, class "Bridge, other" (0x22a3: H100's)."""
+        self.pci_device(bus, "0x10de", device, "0x068000")
+
+    def dpkg_installed(self, package: str, version: str) -> None:
+        """A package in dpkg's status file, installed."""
+        status = self.root / "var/lib/dpkg/status"
+        status.parent.mkdir(parents=True, exist_ok=True)
+        with status.open("a") as f:
+            f.write(
+                f"Package: {package}\nStatus: install ok installed\nPriority: optional\n"
+                f"Architecture: amd64\nVersion: {version}\nDescription: {package}\n\n"
+            )
+
+    def process(self, pid: int, *argv: str) -> None:
+        """A running process as /proc shows it."""
+        self.write(f"proc/{pid}/cmdline", "\0".join(argv) + "\0")
+
     def driver_loaded(self, version: str = "580.159.04", open_modules: bool = True) -> None:
         flavour = "Open Kernel Module for x86_64" if open_modules else "x86_64 Kernel Module"
         self.write(

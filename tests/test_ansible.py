@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from steps import registry
 from steps.events import PlanMade
 from tests.common import REPO
 from tests.harness import FakeServer
@@ -232,8 +233,10 @@ def test_check_mode_previews_every_host_and_changes_nothing(fleet: Fleet):
         assert "driver" in text and "pending" in text
         plan = json.loads((fleet.controller / "plans" / f"{host}.json").read_text())
         assert plan["schema"] == "mlsetup.plan/1"
-        assert [s["name"] for s in plan["steps"]] == ["driver", "toolkit", "venv", "extensions"]
-        assert {s["status"] for s in plan["steps"]} == {"pending"}
+        status = {s["name"]: s["status"] for s in plan["steps"]}
+        assert list(status) == list(registry.step_names())
+        assert status.pop("fabric") == "satisfied"  # no NVSwitch on these servers
+        assert set(status.values()) == {"pending"}
         facts = json.loads((fleet.controller / "facts" / f"{host}.json").read_text())
         assert facts["schema"] == "mlsetup.facts/1" and facts["driver"] is None
         assert facts["gpus"][0]["compute_capability"] == "9.0"

@@ -121,3 +121,17 @@ def test_secure_boot_next_step_names_both_distributions_keys():
 def test_resolver_conflict_points_at_the_log():
     d = diagnose(CASES["resolver-conflict"], 1, LOG)
     assert LOG in d.why + d.next
+
+
+def test_fabric_manager_mismatch_names_both_versions_and_cuda_802_says_start_it():
+    line = (
+        "nv-fabricmanager[7]: fabric manager NVIDIA GPU driver interface version 580.82.07 "
+        "don't match with driver version 580.95.05. Please update with matching NVIDIA driver "
+        "package."
+    )
+    d = diagnose([line], 1, "/l.log")
+    assert d is not None and d.id == "fabric-manager-version"
+    assert "Fabric Manager 580.82.07" in d.why and "driver 580.95.05" in d.why
+    d = diagnose(["RuntimeError: ... Error 802: system not yet initialized"], 1, "/l.log")
+    assert d is not None and d.id == "cuda-system-not-ready"
+    assert "systemctl enable --now nvidia-fabricmanager" in d.next

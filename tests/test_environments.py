@@ -26,6 +26,11 @@ KERNEL_KINDS = {"initramfs", "reboot", "resume-unit", "load-driver", "config-fil
 DRIVER_PACKAGES = ("nvidia-open", "cuda-drivers", "nvidia-driver-pinning", "linux-headers-")
 
 
+def step(plan: dict, name: str) -> dict:
+    """A step of a plan's JSON by its name (its index is the registry's order)."""
+    return next(s for s in plan["steps"] if s["name"] == name)
+
+
 def probe_facts(machine: FakeMachine, **env: str) -> Facts:
     return probe(RootFS(machine.root), env=env).facts
 
@@ -128,7 +133,7 @@ def test_wsl_plans_no_driver_and_the_toolkit_from_wsl_ubuntu(machine):
         "https://developer.download.nvidia.com/compute/cuda/repos/wsl-ubuntu/x86_64/"
         "cuda-keyring_1.1-1_all.deb"
     )
-    installs = [a["argv"][-1] for a in plan["steps"][1]["actions"] if a["kind"] == "packages"]
+    installs = [a["argv"][-1] for a in step(plan, "toolkit")["actions"] if a["kind"] == "packages"]
     assert installs[-1] == "cuda-toolkit-13-0"  # the toolkit, never a driver
 
 
@@ -180,8 +185,8 @@ def test_an_old_hosts_driver_gets_the_newest_torch_it_runs(machine, tmp_path):
     assert plan["steps"][0]["reason"] == (
         "the host provides driver 535.216.01 (this docker container): it runs CUDA 12.6"
     )
-    assert "torch==2.14.*" in plan["steps"][2]["reason"]
-    sync = next(a for a in plan["steps"][2]["actions"] if a["id"] == "venv.sync")
+    assert "torch==2.14.*" in step(plan, "venv")["reason"]
+    sync = next(a for a in step(plan, "venv")["actions"] if a["id"] == "venv.sync")
     assert sync["argv"][sync["argv"].index("--torch-backend") + 1] == "cu126"
     facts = probe_facts(machine, **{NVML_SNAPSHOT: str(old)})
     tried = builds_to_try(facts, answers_from_toml("version = 1\n", "answers"))

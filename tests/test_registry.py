@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from app.tui.app import WizardApp
 from app.tui.widgets.keybar import KeyBar
 from steps import registry
 from steps.answers import Answers
+from steps.choices import choose
 from steps.facts import Facts
-from steps.plan import Plan, Step
+from steps.plan import Plan
 from steps.planner import make_plan
 from steps.report import Report
 from tests import throwaway_step
@@ -24,7 +24,8 @@ from tests.harness import FakeServer
 from tests.tui.helpers import dry_session, shown
 
 NAME = throwaway_step.NAME
-ORDER = ["driver", "toolkit", "venv", NAME, "extensions"]
+_NAMES = list(registry.step_names())
+ORDER = [*_NAMES[: _NAMES.index("venv") + 1], NAME, *_NAMES[_NAMES.index("venv") + 1 :]]
 
 
 @pytest.fixture
@@ -32,9 +33,13 @@ def with_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "STEPS", throwaway_step.with_step(registry.STEPS))
 
 
-def test_a_step_the_registry_does_not_have_is_no_step():
-    with pytest.raises(ValidationError, match=f"'{NAME}' is no step"):
-        Step(name=NAME, status="pending", reason="")
+def test_a_step_module_names_no_step_the_planner_names_each_after_its_entry():
+    """A planner returns an unnamed outcome (a driver planner cannot pass as the toolkit's)."""
+    facts = Facts.model_validate_json((MACHINES / "rtx-pro-6000-ubuntu2404.json").read_text())
+    inputs = registry.PlanInputs(facts, Answers(), choose(facts, Answers(), None))
+    for spec in registry.STEPS:
+        assert "name" not in spec.plan(inputs).model_dump()
+    assert [s.name for s in make_plan(facts, Answers()).steps] == list(registry.step_names())
 
 
 def test_the_planner_puts_it_between_venv_and_extensions(with_step: None):

@@ -11,13 +11,13 @@ from app.tui.controllers.answerfields import text
 from app.tui.controllers.step import StepController
 from app.tui.widgets.fields import FieldSpec
 from steps import registry
-from steps.plan import Action, Step, pending
+from steps.plan import Action, Outcome, pending
 
 NAME = "gpucheck"
 FAIL_MARKER = "gpucheck-fails"
 
 
-def plan(inputs: registry.PlanInputs) -> Step:
+def plan(inputs: registry.PlanInputs) -> Outcome:
     marker = f"{inputs.choices.venv_path}/{FAIL_MARKER}"
     check = Action(
         id=f"{NAME}.libraries",
@@ -25,7 +25,7 @@ def plan(inputs: registry.PlanInputs) -> Step:
         argv=["test", "!", "-e", marker],
         kind="check",
     )
-    return pending(NAME, f"check cuDNN and NCCL in {inputs.choices.venv_path}", [check])
+    return pending(f"check cuDNN and NCCL in {inputs.choices.venv_path}", [check])
 
 
 class GpuCheckController(StepController):
@@ -44,6 +44,7 @@ SPEC = registry.StepSpec(
     "cuDNN and NCCL check",
     plan,
     f"{__name__}:GpuCheckController",
+    lambda _inputs: [],  # a check leaves nothing on the machine
     kind="checks",
 )
 

@@ -13,7 +13,7 @@ from app.tui.screens.machine import MachineScreen
 from app.tui.screens.review import ReviewScreen
 from app.tui.screens.step import StepScreen
 from app.tui.screens.summary import SummaryScreen
-from app.tui.trail import jumps
+from app.tui.trail import answers_screen, jumps
 
 
 class Navigator:
@@ -70,7 +70,7 @@ class Navigator:
         model = self.model()
         failed = model.failed
         if failed is not None and model.done:
-            self.jump(failed.step if failed.step in jumps() else "review")
+            self.jump(answers_screen(failed.step))
 
     def show_summary(self) -> None:
         self.app.push_screen(SummaryScreen())

@@ -4,16 +4,18 @@ the governor and the engine would send them)."""
 from __future__ import annotations
 
 from steps import events as ev
+from steps import registry
 
 GIB = 2**30
 T0 = 1_700_000_000.0
 
 
 def plan_event() -> ev.PlanMade:
-    steps = [
-        {"name": "driver", "status": "satisfied", "reason": "driver ok", "actions": []},
-        {"name": "toolkit", "status": "satisfied", "reason": "toolkit ok", "actions": []},
-        {"name": "venv", "status": "satisfied", "reason": "venv ok", "actions": []},
+    steps: list[dict] = [
+        {"name": name, "status": "satisfied", "reason": f"{name} ok", "actions": []}
+        for name in registry.step_names()[: registry.step_names().index("extensions")]
+    ]
+    steps += [
         {
             "name": "extensions",
             "status": "pending",
@@ -39,7 +41,7 @@ def build_running() -> list[ev.Event]:
         ),
         plan_event(),
     ]
-    for step in ("driver", "toolkit", "venv"):
+    for step in registry.step_names()[: registry.step_names().index("extensions")]:
         out.append(ev.StepSatisfied(step=step, reason="already there", t=T0))
     out += [
         ev.StepStarted(step="extensions", reason="build flash-attn", actions=[], t=T0),

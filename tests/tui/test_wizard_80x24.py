@@ -268,7 +268,8 @@ async def test_a_dry_run_asks_first_marked_as_one_and_its_run_says_nothing_ran()
         await pilot.pause()
         screen = app.screen
         text = shown(app)
-        assert text.startswith("DRY RUN: walk 21 actions") and "Nothing runs" in text
+        n = len(app.session.plan().actions)  # every step's
+        assert text.startswith(f"DRY RUN: walk {n} actions") and "Nothing runs" in text
         assert "Needs a reboot (Secure Boot" in text and "min of compiling" in text
         start = screen.query_one("#apply", Button)
         assert str(start.label) == "Start the dry run" and app.focused.id == "cancel"
@@ -289,7 +290,7 @@ async def test_a_dry_run_asks_first_marked_as_one_and_its_run_says_nothing_ran()
         await pilot.pause()
         text = shown(app)
         assert "The dry run has ended: nothing ran, nothing was changed" in text
-        assert "a real apply runs 21 actions" in text
+        assert f"a real apply runs {n} actions" in text
         steps = str(app.screen.query_one("#steps-line").visual)
         assert "✓" not in steps.replace("✓ extensions", "")  # walked steps are not "done"
         assert set(app.model.steps.values()) <= {"dry-run", "satisfied"}

@@ -4,12 +4,14 @@ jobs and RAM."""
 from __future__ import annotations
 
 from app.tui.controllers.answerfields import select, text
-from app.tui.controllers.buildtime import jobs_text, slow_builds
+from app.tui.controllers.buildtime import build_time, jobs_text, slow_builds
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
 from app.tui.widgets.fields import FieldSpec
 from steps.answers import BuildAnswers
+from steps.choices import BuildTarget, build_ram
 from steps.knowledge import knowledge
+from steps.plan import Step
 from steps.units import gib
 
 
@@ -94,3 +96,33 @@ class ExtensionsController(StepController):
             "RAM reserve is never given to them.\n"
             "An extension that cannot run here is refused, with why, above the commands."
         )
+
+    def confirm_section(self, step: Step) -> tuple[str, list[str]] | None:
+        s = self.session
+        usable = self._build_ram()
+        lines = [
+            f"{t.answer.name} {t.answer.version} for compute "
+            f"{', '.join(t.compute_capabilities)}: {build_time(t, s.facts.cpu.logical)}; "
+            f"RAM up to {usable}, {self._jobs(t)}"
+            for t in s.choices().build_targets
+        ]
+        return ("Builds", lines or [step.reason])
+
+    def _build_ram(self) -> str:
+        usable = build_ram(self.session.facts, self.session.answers)
+        if usable is None:
+            return "what the governor allows"
+        reserve = self.session.answers.build.memory_reserve
+        return f"{gib(usable, digits=0)} (the governor keeps {reserve} free)"
+
+    def _jobs(self, target: BuildTarget) -> str:
+        """How many jobs run at once, as the governor will let them: those whose peaks the RAM
+        holds, within build.max_jobs (4 jobs of 6.5 GiB are not "up to 4" in 5 GiB)."""
+        fit = target.jobs_at_once
+        peak = f"one job peaks at about {target.recipe.peak_job_gib:g} GiB"
+        if fit < target.max_jobs:
+            return (
+                f"{jobs_text(fit)} at once ({peak}; build.max_jobs {target.max_jobs} is the "
+                "ceiling)"
+            )
+        return f"up to {jobs_text(target.max_jobs)} at once ({peak})"

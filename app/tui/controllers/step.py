@@ -38,6 +38,11 @@ class StepController:
     def help(self) -> str:
         return ""
 
+    def confirm_section(self, step: Step) -> tuple[str, list[str]] | None:
+        """The confirmation's section for this step when it is pending: (title, lines), or None
+        when the packages and system files it changes say it all."""
+        return None
+
     def left_out(self) -> list[str]:
         """What was asked for that the plan leaves out (each one's why is a warning)."""
         return []
@@ -67,7 +72,10 @@ class StepController:
 
 def controller_for(session: Session, step: str) -> StepController:
     """The controller the registry names for `step`'s screen."""
-    module, _, name = registry.spec(step).controller.partition(":")
+    named = registry.spec(step).controller
+    if named is None:
+        raise KeyError(f"step {step} has no wizard screen (steps.registry names no controller)")
+    module, _, name = named.partition(":")
     cls = getattr(importlib.import_module(module), name)
     if not (isinstance(cls, type) and issubclass(cls, StepController)):
         raise TypeError(f"{module}:{name}, the controller of step {step}, is no StepController")

@@ -9,9 +9,10 @@ from pathlib import Path
 from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
+from app.tui.trail import answers_screen
+from steps import registry
 from steps.engine import RESUME_COMMAND
 from steps.exitcodes import EXIT_OK, EXIT_REBOOT
-from steps.knowledge import knowledge
 from steps.paths import Paths
 from steps.plan import Action
 from steps.runner import Runner, RunnerError
@@ -71,35 +72,16 @@ class SummaryController:
         return None
 
     def would_leave(self) -> list[str]:
-        """After a dry run: what a real apply of the same plan would leave on the machine."""
+        """After a dry run: what a real apply of the same plan would leave on the machine (each
+        pending step's lines, steps.registry)."""
         if not self.model.dry_run or self.model.finished is None:
             return []
         s = self.session
         c, plan = s.choices(), s.plan()
         pending = {st.name for st in plan.steps if st.status == "pending"}
-        out = []
-        if "driver" in pending:
-            out.append(
-                f"NVIDIA driver {c.driver_branch} ({c.driver_modules} kernel modules), "
-                "loaded after a reboot"
-            )
-        if "toolkit" in pending:
-            out += [
-                f"CUDA {t} at {knowledge().repo.toolkit_path_for(t)}"
-                for t in c.toolkits
-                if s.facts.toolkit(t) is None
-            ]
+        out = registry.would_leave(registry.PlanInputs(s.facts, s.answers, c), pending)
         if "venv" in pending:
-            out.append(
-                f"the venv {c.venv_path} (owned by {c.owner.name}) with {c.torch_requirement} "
-                f"({c.torch_build} build); then: {activate_line(s)}"
-            )
-        if "extensions" in pending:
-            out += [
-                f"{t.answer.name} {t.answer.version} built for compute "
-                f"{', '.join(t.compute_capabilities)}"
-                for t in c.build_targets
-            ]
+            out.append(f"then: {activate_line(s)}")
         return out or ["nothing new: every step is already satisfied here"]
 
     def todo(self) -> list[str]:
@@ -109,7 +91,8 @@ class SummaryController:
             return [
                 f"Fix it: {m.failed.next}",
                 "Or change an answer: r goes back to the "
-                f"{m.failed.step} step, then Apply again (done actions are not run again).",
+                f"{answers_screen(m.failed.step)} screen, then Apply again (done actions are not "
+                "run again).",
             ]
         if m.lost:
             return [f"Follow or continue the setup: {RESUME_COMMAND}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.tui.controllers.answerfields import text
 from app.tui.controllers.step import StepController
 from app.tui.widgets.fields import FieldSpec
+from steps.plan import Step
 
 
 class ToolkitController(StepController):
@@ -26,3 +27,9 @@ class ToolkitController(StepController):
             "built with; a list installs each beside the others (/usr/local/cuda-X.Y): "
             "nothing already installed is removed."
         )
+
+    def confirm_section(self, step: Step) -> tuple[str, list[str]] | None:
+        f, c = self.session.facts, self.session.choices()
+        missing = [t for t in c.toolkits if f.toolkit(t) is None]
+        lines = [f"CUDA {t} to /usr/local/cuda-{t} (beside any others)" for t in missing]
+        return ("CUDA toolkits", lines or [step.reason])

@@ -8,6 +8,7 @@ from app.tui.controllers.answerfields import select, text
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
 from app.tui.widgets.fields import FieldSpec
+from steps.plan import Step
 
 
 class VenvController(StepController):
@@ -102,3 +103,7 @@ class VenvController(StepController):
             "More packages are resolved together with torch into one lock, so none of "
             "them can replace the torch the extensions are built for."
         )
+
+    def confirm_section(self, step: Step) -> tuple[str, list[str]] | None:
+        c = self.session.choices()
+        return (f"The venv {c.venv_path} (as {c.owner.name})", [a.title for a in step.actions])

@@ -1,0 +1,159 @@
+"""The fabric step: NVSwitch boards get Fabric Manager at the driver's version (NVLSM on
+Blackwell HGX), NVL trays IMEX, servers nvidia-persistenced; a PCIe box nothing.
+
+The planner is pure, so each case is data (tests/fixtures/fabric/CASE.json: facts changed from
+the recorded HGX H100 box, answers, the step expected). The probe reads the facts the cases
+start from off fake roots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.tui.controllers.confirm import apt_packages
+from steps import fabric, registry
+from steps.answers import answers_from_toml
+from steps.facts import Facts, facts_from_json, load_facts
+from steps.planner import make_plan
+from steps.probe import probe
+from steps.rootfs import RootFS
+from tests.common import FIXTURES, MACHINES
+from tests.fakemachine import FakeMachine
+
+CASES = sorted((FIXTURES / "fabric").glob("*.json"))
+HGX_H100 = MACHINES / "fresh-h100x8-ubuntu2204.json"
+
+
+def case_facts(change: dict[str, Any]) -> Facts:
+    """The recorded HGX H100 box with the case's changes: GPUs (model and count), NVSwitches
+    (a count; "absent": a file recorded before the key), daemons, the driver, the environment."""
+    data = json.loads(HGX_H100.read_text())
+    if gpus := change.get("gpus"):
+        data["gpus"] = [
+            {
+                "index": i,
+                "name": gpus["name"],
+                "pci_device_id": gpus["device"],
+                "pci_bus_id": f"0000:{0x18 + i:02x}:00.0",
+                "compute_capability": gpus["compute_capability"],
+                "memory_bytes": None,
+                "source": "pci",
+            }
+            for i in range(gpus["count"])
+        ]
+    if "nvswitches" in change:
+        n = change["nvswitches"]
+        if n == "absent":
+            del data["nvswitches"]
+        else:
+            data["nvswitches"] = [
+                {"pci_bus_id": f"0000:0{i + 5}:00.0", "pci_device_id": "0x22a3"} for i in range(n)
+            ]
+    if change.get("daemons") == "absent":
+        del data["daemons"]
+    elif "daemons" in change:
+        data["daemons"] = change["daemons"]
+    for key in ("driver", "environment"):
+        if key in change:
+            data[key] = change[key]
+    return facts_from_json(json.dumps(data), "case")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_each_case_plans_its_fabric_step(case: Path):
+    spec = json.loads(case.read_text())
+    facts = case_facts(spec["facts"])
+    plan = make_plan(facts, answers_from_toml("version = 1\n" + spec["answers"], "case"))
+    step, want = plan.step("fabric"), spec["expect"]
+    assert step.status == want["status"], step.reason
+    for words in want["reason"]:
+        assert words in step.reason
+    assert [a.id for a in step.actions] == want["actions"]
+    assert [p for a in step.actions for p in apt_packages(a)] == want["packages"]
+
+
+def test_the_fabric_step_sits_between_driver_and_toolkit_and_has_no_screen():
+    names = registry.step_names()
+    assert names.index("driver") < names.index("fabric") < names.index("toolkit")
+    assert "fabric" not in registry.screen_steps()  # it asks nothing
+
+
+def test_fabric_manager_follows_the_drivers_pin_and_starts_before_the_smoke_test():
+    """On the recorded HGX H100 box: the driver's own pin package, installed again first, then
+    Fabric Manager unsuffixed (branch 580 on), enabled and started before the venv's smoke."""
+    plan = make_plan(load_facts(HGX_H100), answers_from_toml("version = 1\n", "a"))
+    ids = [a.id for a in plan.actions]
+    pin = next(a for a in plan.actions if a.id == "driver.pin")
+    fabric_pin = next(a for a in plan.actions if a.id == "fabric.pin")
+    assert apt_packages(pin) == apt_packages(fabric_pin) == ["nvidia-driver-pinning-580"]
+    assert ids.index("driver.install") < ids.index("fabric.install")
+    assert ids.index("fabric.start-nvidia-fabricmanager") < ids.index("venv.smoke")
+
+
+def test_older_recorded_facts_still_load_and_say_nvswitches_unknown():
+    facts = load_facts(MACHINES / "h200-ubuntu2404.json")  # recorded before the keys
+    assert facts.nvswitches is None and facts.daemons is None
+    assert "nvswitches" not in json.loads((MACHINES / "h200-ubuntu2404.json").read_text())
+
+
+def hgx(machine: FakeMachine, device: str, gpus: int, switches: int) -> None:
+    for i in range(gpus):
+        machine.gpu(f"0000:{0x18 + i:02x}:00.0", device)
+    for i in range(switches):
+        machine.nvswitch(f"0000:0{5 + i}:00.0")
+
+
+def test_the_probe_reads_nvswitches_off_the_pci_bus(machine: FakeMachine):
+    hgx(machine, "0x2330", 8, 4)  # HGX H100: 8 SXM5 GPUs, 4 NVSwitches
+    machine.pci_device("0000:00:02.0", "0x8086", "0x0c00", "0x068000")  # not NVIDIA's
+    facts = probe(RootFS(machine.root), env={}).facts
+    assert [s.pci_bus_id for s in facts.nvswitches or []] == [
+        "0000:05:00.0",
+        "0000:06:00.0",
+        "0000:07:00.0",
+        "0000:08:00.0",
+    ]
+    assert facts.nvswitches and facts.nvswitches[0].pci_device_id == "0x22a3"
+    assert len(facts.gpus) == 8
+    assert fabric.board(facts) == "nvswitch" and not fabric.needs_nvlsm(facts)
+
+
+def test_the_probe_on_a_blackwell_hgx_plans_nvlsm(machine: FakeMachine):
+    hgx(machine, "0x2901", 8, 2)  # HGX B200
+    facts = probe(RootFS(machine.root), env={}).facts
+    assert fabric.needs_nvlsm(facts)
+    step = make_plan(facts, answers_from_toml("version = 1\n", "a")).step("fabric")
+    assert "nvlsm" in [p for a in step.actions for p in apt_packages(a)]
+    assert ["modprobe", "-a", "ib_umad"] in [a.argv for a in step.actions]
+
+
+def test_the_probe_on_two_pcie_h100s_finds_no_nvswitch(machine: FakeMachine):
+    hgx(machine, "0x2331", 2, 0)
+    facts = probe(RootFS(machine.root), env={}).facts
+    assert facts.nvswitches == []
+    step = make_plan(facts, answers_from_toml("version = 1\n", "a")).step("fabric")
+    assert (step.status, step.reason) == ("satisfied", "no NVSwitch: no Fabric Manager needed")
+
+
+def test_the_probe_reads_the_daemons_package_and_process(machine: FakeMachine):
+    hgx(machine, "0x2330", 8, 4)
+    machine.driver_loaded("580.95.05")
+    machine.dpkg_installed("nvidia-fabricmanager-580", "580.95.05-1")
+    machine.dpkg_installed("nvidia-persistenced", "1:580.95.05-0ubuntu1")
+    machine.process(2001, "/usr/bin/nv-fabricmanager", "-c", "/usr/share/nvidia/nvswitch/x.cfg")
+    machine.process(2002, "/usr/bin/nvidia-persistenced", "--verbose")
+    facts = probe(RootFS(machine.root), env={}).facts
+    fm, persistenced = facts.daemon("nvidia-fabricmanager"), facts.daemon("nvidia-persistenced")
+    assert fm and (fm.installed, fm.version, fm.active) == (True, "580.95.05", True)
+    assert persistenced and (persistenced.version, persistenced.active) == ("580.95.05", True)
+    imex = facts.daemon("nvidia-imex")
+    assert imex and (imex.installed, imex.active) == (False, False)
+    step = make_plan(facts, answers_from_toml("version = 1\n", "a")).step("fabric")
+    assert step.status == "satisfied", step.reason
+
+
+def test_without_a_package_database_the_daemons_are_unknown(machine: FakeMachine):
+    assert probe(RootFS(machine.root), env={}).facts.daemons is None
