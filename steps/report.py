@@ -165,7 +165,8 @@ class Report(_Strict):
     wheels: dict[str, str] = Field(
         default_factory=dict,
         description="each wheel this invocation built and kept (its path: the machine's cache, "
-        "the wheelhouse) with its sha256, also written beside it as <wheel>.sha256",
+        "the wheelhouse) with its sha256, also written beside it as `<wheel>.sha256`; a "
+        "wheelhouse wheel is installed only when its sha256 is the one beside it",
     )
     log_dir: str = Field(
         description="this run's logs: events.jsonl, one log per action, decisions.log"
