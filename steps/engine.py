@@ -31,7 +31,6 @@ from steps.actions import ActionRunner
 from steps.applylock import ApplyLock
 from steps.applyrun import (
     NO_SPACE,
-    RESUME_COMMAND,
     UNWRITABLE,
     ApplyRequest,
     ApplyRun,
@@ -61,6 +60,7 @@ from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.extensions import installs_wheel
 from steps.facts import Facts
 from steps.frozen import FrozenStack
+from steps.nextcommands import answers_command
 from steps.orphans import end_orphaned_build
 from steps.plan import Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
@@ -74,7 +74,7 @@ from steps.state import State, load_state, new_run_id, remove_temporaries
 
 # What app/ and the tests take from here: the engine and its request, the lock, and the
 # constants the front ends share with it.
-__all__ = ["NO_SPACE", "RESUME_COMMAND", "UNWRITABLE", "ApplyLock", "ApplyRequest", "Engine"]
+__all__ = ["NO_SPACE", "UNWRITABLE", "ApplyLock", "ApplyRequest", "Engine"]
 
 log = logging.getLogger("mlsetup.engine")
 
@@ -155,7 +155,7 @@ class Engine:
         if os.geteuid() != 0:
             raise NeedsRootError(
                 "applying changes the system: run it as root, e.g. "
-                f"sudo mlsetup apply --answers {self.req.answers_path or 'FILE'}"
+                f"{answers_command(self.req.answers_path)}"
             )
         if self.req.lock_fd is not None:
             lock.adopt(self.req.lock_fd)

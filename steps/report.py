@@ -16,9 +16,9 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from steps.choices import Choices
-from steps.diagnose import answers_command
 from steps.events import Failed
 from steps.knowledge import knowledge
+from steps.nextcommands import answers_command
 from steps.plan import Plan, Step, StepName
 from steps.stack.lock import STATE_LOCK, Lock
 from steps.state import State, write_atomic

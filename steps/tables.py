@@ -168,7 +168,8 @@ class PythonsTable(Table):
 
 # What steps.diagnose names itself: a killed compile's exit status, mlsetup's own full disk
 NAMED_SIGNATURES = ("out-of-memory", "no-space")
-FILLED = ("log", "answers", "apply_answers")  # what steps.diagnose.fill puts in a signature's text
+# what steps.diagnose.fill puts in a signature's text
+FILLED = ("log", "answers", "apply_answers", "resume")
 
 
 class SignatureRow(Table):

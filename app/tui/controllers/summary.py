@@ -9,9 +9,9 @@ from pathlib import Path
 from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
-from steps.engine import RESUME_COMMAND
 from steps.exitcodes import EXIT_OK, EXIT_REBOOT
 from steps.knowledge import knowledge
+from steps.nextcommands import RESUME_COMMAND
 from steps.paths import Paths
 from steps.plan import Action
 from steps.runner import Runner, RunnerError
