@@ -67,7 +67,6 @@ class GpusTable(Table):
 class DriverTable(Table):
     open_modules_min_compute_capability: ComputeCapability
     open_modules_required_from_compute_capability: ComputeCapability
-    open_modules_default_from_branch: Branch
     open_modules_required_devices: list[PciId]
     last_branch_before_turing: Branch
     open_modules_only_from_branch: Branch
