@@ -41,6 +41,15 @@ Text = Annotated[str, StringConstraints(min_length=1)]
 SignatureId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 
 
+def pep440_specifier(value: str) -> str:
+    """`value` if it is a PEP 440 version specifier (what a field validator returns)."""
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError('allowed: a PEP 440 specifier such as ">=3.10" or "<13"') from None
+    return value
+
+
 class Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -124,11 +133,7 @@ class TorchReleaseRow(Table):
     @field_validator("requires_python")
     @classmethod
     def _specifier(cls, v: str) -> str:
-        try:
-            SpecifierSet(v)
-        except InvalidSpecifier:
-            raise ValueError('allowed: a PEP 440 specifier such as ">=3.10"') from None
-        return v
+        return pep440_specifier(v)
 
 
 class TorchBuildRow(Table):
