@@ -12,13 +12,13 @@ from pathlib import Path
 from app.console import ConsolePrinter
 from app.follower import RunFollower, unwritable_text
 from steps.answers import answers_from_toml, read_answers
-from steps.applyrun import RESUME_COMMAND, continue_command
+from steps.applyrun import continue_command
 from steps.choices import check_on_machine, choose
-from steps.diagnose import answers_command
 from steps.engine import UNWRITABLE, ApplyLock, ApplyRequest, Engine
 from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
 from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.facts import load_facts
+from steps.nextcommands import RESUME_COMMAND, answers_command
 from steps.paths import Paths
 from steps.printable import printable
 from steps.probe import probe

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from steps import events as ev
-from steps.applyrun import RESUME_COMMAND
 from steps.diagnose import unwritable
 from steps.engine import ApplyLock
+from steps.nextcommands import RESUME_COMMAND
 from steps.paths import Paths
 from steps.rootfs import RootFS
 

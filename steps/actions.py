@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 
 from steps import registry
-from steps.applyrun import NO_SPACE, RESUME_COMMAND, ApplyRun, Fault, naming
+from steps.applyrun import NO_SPACE, ApplyRun, Fault, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
+from steps.nextcommands import RESUME_COMMAND
 from steps.orphans import end_process_tree
 from steps.plan import Action
 from steps.runner import Result, RunnerError

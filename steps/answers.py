@@ -21,12 +21,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from steps.errors import InputError, describe_validation_error, input_kind
+from steps.errors import input_kind, validate_strict
 from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
 from steps.units import GiB, MiB
@@ -493,12 +492,7 @@ def _toml_value(value: object) -> str:
 @input_kind("answers")
 def answers_from_toml(text: str, origin: str) -> Answers:
     """Answers from TOML text; any problem is an InputError naming the key (or the line)."""
-    data = parse_toml(text, origin)
-    try:
-        # strict: TOML has real types, so `true` is not 1 and 3.0 is not a job count
-        return Answers.model_validate(data, strict=True)
-    except ValidationError as exc:
-        raise InputError(describe_validation_error(origin, exc)) from None
+    return validate_strict(Answers, parse_toml(text, origin), origin)
 
 
 @input_kind("answers")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,11 @@ from typing import NoReturn
 
 from steps.answers import Answers
 from steps.choices import Choices
-from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
+from steps.diagnose import Diagnosis, failed_url
 from steps.events import EventSink
 from steps.exitcodes import EXIT_FAILED
 from steps.facts import Facts, load_facts
+from steps.nextcommands import RESUME_COMMAND, answers_command, answers_file
 from steps.paths import Paths
 from steps.plan import Action
 from steps.probe import probe
@@ -39,9 +39,6 @@ def naming(exc: OSError, path: Path | None) -> OSError:
     return OSError(exc.errno, exc.strerror, str(path) if path else None)
 
 
-RESUME_COMMAND = "sudo mlsetup apply --resume"
-
-
 def continue_command(paths: Paths, answers_toml: str, answers_path: str | None) -> str:
     """The command that goes on from what is on disk now, after a run that could not save
     (a full disk) or was lost: `--resume` when the state there is this run's and unfinished
@@ -51,7 +48,7 @@ def continue_command(paths: Paths, answers_toml: str, answers_path: str | None) 
     saved = peek_state(paths.state)
     if saved is not None and saved.phase != "done" and saved.answers_toml == answers_toml:
         return RESUME_COMMAND
-    return f"sudo mlsetup apply --answers {shlex.quote(answers_path) if answers_path else 'FILE'}"
+    return answers_command(answers_path)
 
 
 DPKG_LOCK_TIMEOUT = 600.0

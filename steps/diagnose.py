@@ -5,10 +5,10 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from functools import cache
 
+from steps.nextcommands import RESUME_COMMAND, answers_command, answers_file
 from steps.tables import DiagnosesTable, load_table
 
 OOM_EXIT_CODES = (137, -9)
@@ -40,25 +40,21 @@ def _signatures() -> tuple[_Signature, ...]:
     )
 
 
-def answers_command(answers: str | None) -> str:
-    """The command that goes on after the answers file `answers` was edited: `apply --answers`
-    re-plans from it (the same answers as the unfinished run's: that run resumes). `--resume`
-    would go on with the answers the run saved when it started."""
-    return f"sudo mlsetup apply --answers {shlex.quote(answers) if answers else 'FILE'}"
-
-
-def answers_file(answers: str | None) -> str:
-    """The run's answers file as a next step names it."""
-    return shlex.quote(answers) if answers else "the answers file"
-
-
-def fill(template: str, log: str, answers: str | None, groups: tuple[str | None, ...] = ()) -> str:
+def fill(
+    template: str,
+    log: str,
+    answers: str | None,
+    groups: tuple[str | None, ...] = (),
+    resume: str = RESUME_COMMAND,
+) -> str:
     """A signature's text for one failure: {log} its log file, {answers} the run's answers
-    file, {apply_answers} the command that re-plans from it, {1}, {2} the pattern's groups."""
+    file, {apply_answers} the command that re-plans from it, {resume} the command that goes on
+    once the cause is fixed, {1}, {2} the pattern's groups."""
     out = (
         template.replace("{log}", log)
         .replace("{answers}", answers_file(answers))
         .replace("{apply_answers}", answers_command(answers))
+        .replace("{resume}", resume)
     )
     for i, group in enumerate(groups, 1):
         out = out.replace(f"{{{i}}}", group or "?")
@@ -122,8 +118,6 @@ def read_only(path: str, then: str) -> Diagnosis:
 
 def unwritable(path: str, error: int, then: str | None = None) -> Diagnosis:
     """What a write of mlsetup's own that failed with `error` (ENOSPC, EDQUOT, EROFS) says."""
-    from steps.applyrun import RESUME_COMMAND  # here: applyrun imports this module
-
     if error == errno.EROFS:
         return read_only(path, then or RESUME_COMMAND)
     return no_space(path, then)
@@ -133,9 +127,7 @@ def no_space(path: str, then: str | None = None) -> Diagnosis:
     """The "no-space" diagnosis for a write of mlsetup's own (state, logs, report) that found
     the disk holding `path` full, with where to look first. `then`: the command that goes on
     once there is room, in place of the signature's `--resume` (which needs a saved run)."""
-    from steps.applyrun import RESUME_COMMAND  # here: applyrun imports this module
-
     sig = next(s for s in _signatures() if s.id == "no-space")
     where = path if os.path.isdir(path) else os.path.dirname(path) or path
-    nxt = sig.next if then is None else sig.next.replace(RESUME_COMMAND, then)
+    nxt = fill(sig.next, where, None, resume=then or RESUME_COMMAND)
     return Diagnosis(sig.id, sig.why, f"df -h {where}; {nxt}")

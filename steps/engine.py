@@ -10,8 +10,8 @@ action; a reboot the driver needs is a pause, checked when the run resumes.
 The work is handed to collaborators that share one `ApplyRun`: running and recording an
 action (steps.actions), the reboot and the resume (steps.reboot), the extension builds
 (steps.builds), the stack lock (steps.settle), the report (steps.report) and the apply
-lock (steps.applylock). The engine's own decisions go to the run's decisions.log
-(steps.decisionlog).
+lock (steps.applylock). The run's events, its decisions.log and its timings go through
+steps.runlogs.
 """
 
 from __future__ import annotations
@@ -21,34 +21,25 @@ import errno
 import json
 import logging
 import os
-import time
-from pathlib import Path
-
-import psutil
 
 from steps import registry
 from steps.actions import ActionRunner
 from steps.applylock import ApplyLock
 from steps.applyrun import (
     NO_SPACE,
-    RESUME_COMMAND,
     UNWRITABLE,
     ApplyRequest,
     ApplyRun,
     Fault,
     Stopped,
     continue_command,
-    naming,
 )
 from steps.builds import ExtensionBuilds
 from steps.choices import choose
-from steps.decisionlog import DecisionLog
 from steps.diagnose import unwritable
 from steps.errors import NeedsRootError
 from steps.events import (
     ActionFinished,
-    Event,
-    EventLog,
     EventSink,
     Finished,
     Notice,
@@ -61,20 +52,22 @@ from steps.exitcodes import EXIT_FAILED, EXIT_OK
 from steps.extensions import installs_wheel
 from steps.facts import Facts
 from steps.frozen import FrozenStack
+from steps.nextcommands import answers_command
 from steps.orphans import end_orphaned_build
 from steps.plan import Action, Plan, Step
 from steps.planner import make_plan, observe_and_plan
 from steps.reboot import RebootResume
 from steps.report import Failure, RunResult, dry_run_summary, make_report, write_report
 from steps.rootfs import RootFS
+from steps.runlogs import RunLogs
 from steps.runner import Runner, carried_environment
 from steps.settle import StackSettler
 from steps.stack.lock import PlannedStack
-from steps.state import State, load_state, new_run_id, remove_temporaries
+from steps.state import load_state, remove_temporaries, resume_or_new
 
 # What app/ and the tests take from here: the engine and its request, the lock, and the
 # constants the front ends share with it.
-__all__ = ["NO_SPACE", "RESUME_COMMAND", "UNWRITABLE", "ApplyLock", "ApplyRequest", "Engine"]
+__all__ = ["NO_SPACE", "UNWRITABLE", "ApplyLock", "ApplyRequest", "Engine"]
 
 log = logging.getLogger("mlsetup.engine")
 
@@ -83,7 +76,8 @@ class Engine:
     def __init__(
         self, fs: RootFS, request: ApplyRequest, sink: EventSink, runner: Runner | None = None
     ) -> None:
-        self._sinks: list[EventSink] = [sink]
+        self.logs = RunLogs(sink)
+        self.emit = self.logs.emit
         self.apply_run = ApplyRun(fs, request, self.emit, runner)
         self.actions = ActionRunner(self.apply_run)
         self.reboots = RebootResume(self.apply_run, self.actions, self._finish)
@@ -92,25 +86,11 @@ class Engine:
         self.frozen = FrozenStack(self.apply_run, self.actions)
         self.plan: Plan | None = None
         self.facts: Facts | None = None  # the facts self.plan was made from
-        self._event_log: EventLog | None = None
-        self._events: Path | None = None
-        self._decisions: DecisionLog | None = None
         self._lock_taken = "none (dry run)"  # how the apply lock was held, for decisions.log
-        self._marks: dict[str, float] = {}  # monotonic times of the run's phases, for the log
-        self._log_notes: list[str] = []  # what opening this run's logs set aside, to say so
 
     @property
     def req(self) -> ApplyRequest:
         return self.apply_run.req
-
-    def emit(self, event: Event) -> None:
-        for sink in self._sinks:
-            try:
-                sink(event)
-            except OSError as exc:  # the event stream's disk is full: say which file
-                if sink is not self._event_log or exc.filename is not None:
-                    raise
-                raise naming(exc, self._events) from exc
 
     def _plan(self) -> tuple[Facts, Plan]:
         if self.req.facts_file is not None:
@@ -149,14 +129,13 @@ class Engine:
             return self._unwritable(exc)
         finally:
             lock.release()
-            if self._decisions is not None:
-                self._decisions.close()
+            self.logs.close()
 
     def _take(self, lock: ApplyLock) -> None:
         if os.geteuid() != 0:
             raise NeedsRootError(
                 "applying changes the system: run it as root, e.g. "
-                f"sudo mlsetup apply --answers {self.req.answers_path or 'FILE'}"
+                f"{answers_command(self.req.answers_path)}"
             )
         if self.req.lock_fd is not None:
             lock.adopt(self.req.lock_fd)
@@ -169,11 +148,11 @@ class Engine:
     def _run(self) -> int:
         try:
             self._start()
-            self._marks["started"] = time.monotonic()
+            self.logs.mark("started")
             self.stack.settle()
-            self._marks["settled"] = time.monotonic()
+            self.logs.mark("settled")
             self._run_steps()
-            self._marks["steps"] = time.monotonic()
+            self.logs.mark("steps")
         except Stopped as stop:
             if stop.summary is None:
                 return stop.code
@@ -199,7 +178,7 @@ class Engine:
             remove_temporaries(self.apply_run.paths.state_dir)
             continued, ended = end_orphaned_build(self.apply_run.stopped_jobs)
             resumed, why = self._resume_or_new()
-            self._open_logs(self.apply_run.run_id)
+            self.logs.open(self.apply_run.paths, self.apply_run.run_id)
             log.info("apply lock %s", self._lock_taken)
             log.info("%s", why)
         self.emit(
@@ -211,7 +190,7 @@ class Engine:
                 ticket=self.req.ticket,
             )
         )
-        for note in self._log_notes:
+        for note in self.logs.notes:
             self.emit(Notice(text=note))
         if not self.req.dry_run and (continued or ended):
             log.info("orphaned governed build: continued %s, ended %s", continued, ended)
@@ -234,52 +213,13 @@ class Engine:
         """The unfinished run with the same answers goes on; anything else starts a new one.
         True if resumed, and why, for decisions.log."""
         old = load_state(self.apply_run.paths.state)  # an unusable one: set aside, exit 2
-        if old and old.phase != "done" and old.answers_toml == self.req.answers_toml:
-            self.apply_run.state, resumed = old, True
-            why = f"resuming run {old.run_id} (phase {old.phase}): same answers, unfinished"
-        else:
-            self.apply_run.state, resumed = (
-                State(
-                    run_id=new_run_id(),
-                    phase="running",
-                    answers_toml=self.req.answers_toml,
-                    answers_path=self.req.answers_path,
-                ),
-                False,
-            )
-            why = "new run: " + (
-                "no earlier run"
-                if old is None
-                else f"run {old.run_id} is done"
-                if old.phase == "done"
-                else f"run {old.run_id} had other answers"
-            )
+        state, resumed, why = resume_or_new(old, self.req.answers_toml, self.req.answers_path)
+        self.apply_run.state = state
         # What this start was given: `--resume` restored the saved environment into it
         # (app/apply.py), while a new `apply` with the same answers brings the operator's
         # current one (a corrected proxy, say), which the run then keeps.
         self.apply_run.state.environment = carried_environment(os.environ)
         return resumed, why
-
-    def _open_logs(self, run_id: str) -> None:
-        paths = self.apply_run.paths
-        run_dir = paths.run_dir(run_id)
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        paths.log_dir.chmod(0o700)
-        self._events = run_dir / "events.jsonl"
-        self._event_log = EventLog(self._events)
-        self._sinks.append(self._event_log)
-        self._decisions = DecisionLog(run_dir / "decisions.log")
-        if self._event_log.set_aside is not None:
-            self._log_notes.append(
-                f"{self._events} was not a log file of root's own: moved it to "
-                f"{self._event_log.set_aside}, unread and unfollowed"
-            )
-        if self._decisions.note:
-            self._log_notes.append(self._decisions.note)
-        tmp = paths.log_dir / ".current.tmp"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(run_id)
-        os.replace(tmp, paths.current_run)  # viewers follow the symlink to the newest run
 
     def _run_steps(self) -> None:
         probed = False  # the machine as the last probe saw it: nothing has run since
@@ -382,13 +322,12 @@ class Engine:
             diagnosis=diagnosis.id,
             last_output=[],
         )
-        for event in (
-            run.outcome.failure.event(),
-            Finished(code=EXIT_FAILED, result="failed", summary=what),
-        ):
-            for sink in self._sinks:
-                with contextlib.suppress(OSError):
-                    sink(event)
+        self.logs.emit_what_can(
+            (
+                run.outcome.failure.event(),
+                Finished(code=EXIT_FAILED, result="failed", summary=what),
+            )
+        )
         if run.state is not None:
             with contextlib.suppress(OSError):  # if there is room again, or only logs are full
                 run.state.phase = "failed"
@@ -406,29 +345,10 @@ class Engine:
                 self.reboots.remove_resume_unit()
             self.apply_run.save()
             self._write_report(code, result)
-        log.info("time: %s", self._spent())
+        log.info("time: %s", self.logs.spent())
         log.info("finished: %s, exit %d: %s", result, code, summary)
         self.emit(Finished(code=code, result=result, summary=summary))
         return code
-
-    def _spent(self) -> str:
-        """Where this process's time went, phase by phase (a second apply's is the first place
-        to look when it is slow: issue 24)."""
-        now = time.monotonic()
-        since_exec = time.time() - psutil.Process().create_time()
-        marks = self._marks
-        started = marks.get("started", now)
-        parts = [
-            f"{since_exec - (now - started):.2f} s to start the run (interpreter, imports, "
-            "input check, handover, apply lock, state)"
-        ]
-        previous = started
-        for mark, what in (("settled", "to settle the stack"), ("steps", "for the steps")):
-            if mark in marks:
-                parts.append(f"{marks[mark] - previous:.2f} s {what}")
-                previous = marks[mark]
-        parts.append(f"{now - previous:.2f} s to finish (state, report)")
-        return f"{since_exec:.2f} s in this process: " + ", ".join(parts)
 
     def _write_report(self, code: int, result: RunResult) -> None:
         run = self.apply_run

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from steps.exitcodes import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_INPUT, EXIT_NEEDS_ROOT
@@ -105,6 +105,18 @@ def describe_validation_error(origin: str, exc: ValidationError) -> str:
         else:
             lines.append(f"  {where} = {show_value(err['input'])}: {_allowed(err)}")
     return "\n".join(lines)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_strict(model: type[M], data: Any, origin: str) -> M:
+    """`data` (parsed JSON or TOML) as `model`, strictly: those formats have real types, so
+    `true` is not 1 and "16" is not a count; any problem is an InputError naming the key."""
+    try:
+        return model.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise InputError(describe_validation_error(origin, exc)) from None
 
 
 def _is_union_tag(part: int | str) -> bool:

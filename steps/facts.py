@@ -22,10 +22,9 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
 )
 
-from steps.errors import InputError, describe_validation_error, input_kind, show_value
+from steps.errors import InputError, input_kind, show_value, validate_strict
 from steps.inputs import parse_json, read_input
 
 FACTS_SCHEMA: Final = "mlsetup.facts/1"
@@ -237,11 +236,7 @@ def facts_from_json(text: str, origin: str) -> Facts:
         raise InputError(
             f"{origin}: schema = {show_value(data.get('schema'))}; allowed: {FACTS_SCHEMA!r}"
         )
-    try:
-        # strict: JSON has real types, so true is not 1 and "16" is not a CPU count
-        return Facts.model_validate(data, strict=True)
-    except ValidationError as exc:
-        raise InputError(describe_validation_error(origin, exc)) from None
+    return validate_strict(Facts, data, origin)
 
 
 @input_kind("facts")

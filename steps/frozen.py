@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from steps.accounts import lookup_account
 from steps.actions import ActionRunner
-from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
+from steps.applyrun import ApplyRun, Fault
 from steps.choices import BuildTarget, Choices
 from steps.diagnose import Diagnosis
 from steps.events import Notice
@@ -42,6 +42,7 @@ from steps.extensions import (
     usable_keys,
     wheel_pin,
 )
+from steps.nextcommands import RESUME_COMMAND
 from steps.plan import Action, Step
 from steps.safefs import open_dir, open_regular, trusted_dir, walk
 from steps.stack.index import configured, index_args, local_index

@@ -101,7 +101,6 @@ class GpuModel:
 class DriverKnowledge:
     open_modules_min_compute_capability: str
     open_modules_required_from_compute_capability: str
-    open_modules_default_from_branch: int
     open_modules_required_devices: tuple[str, ...]  # PCI ids: Grace Hopper
     last_branch_before_turing: int
     open_modules_only_from_branch: int  # from this branch NVIDIA ships no proprietary modules

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 
 from steps.actions import ActionRunner
-from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault, Finish, Stopped
+from steps.applyrun import ApplyRun, Fault, Finish, Stopped
 from steps.choices import choose
 from steps.diagnose import Diagnosis, diagnose
 from steps.events import Notice, RebootNeeded
 from steps.exitcodes import EXIT_REBOOT
 from steps.facts import Facts
+from steps.nextcommands import RESUME_COMMAND
 from steps.plan import Action
 from steps.service import RESUME_UNIT, resume_unit, systemd_booted
 from steps.state import RebootRecord, write_atomic

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
     BaseModel,
@@ -46,6 +46,7 @@ from steps.safefs import (
     read_bounded,
     read_fd,
 )
+from steps.tables import pep440_specifier
 from steps.units import MiB
 
 RECIPE_FILE_LIMIT = MiB
@@ -131,14 +132,6 @@ def _requirement(value: str) -> str:
     return value
 
 
-def _specifier(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError('allowed: a PEP 440 specifier such as ">=2.3.2" or "<13"') from None
-    return value
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -188,7 +181,7 @@ class VariantModel(_Overridable):
     @field_validator("versions", "nvcc")
     @classmethod
     def _specifiers(cls, v: str) -> str:
-        return _specifier(v) if v else v
+        return pep440_specifier(v) if v else v
 
 
 class MeasuredBuildModel(_Strict):

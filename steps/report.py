@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from steps import registry
 from steps.answers import Answers
 from steps.choices import Choices
-from steps.diagnose import answers_command
 from steps.events import Failed
 from steps.facts import Facts
+from steps.nextcommands import answers_command
 from steps.plan import Plan, Step, StepName
 from steps.stack.lock import STATE_LOCK, Lock
 from steps.state import State, write_atomic

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from steps.errors import InputError, NeedsRootError
+from steps.nextcommands import RESUME_COMMAND
 from steps.paths import Paths
 from steps.rootfs import RootFS
 from steps.runner import carried_environment
@@ -240,7 +241,7 @@ def _handover_environment(claimed: Path, shown: Path) -> dict[str, str]:
     def refused(why: str) -> InputError:
         return InputError(
             f"{shown}: {why}; allowed: the JSON object of strings mlsetup apply writes there. "
-            "Start the setup again: sudo mlsetup apply --resume",
+            f"Start the setup again: {RESUME_COMMAND}",
             kind="state",
         )
 

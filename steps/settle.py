@@ -13,14 +13,15 @@ from pathlib import Path
 
 from steps import activate
 from steps.actions import ActionRunner, Execute
-from steps.applyrun import RESUME_COMMAND, ApplyRun, Fault
+from steps.applyrun import ApplyRun, Fault
 from steps.choices import choose
-from steps.diagnose import Diagnosis, answers_command, answers_file, failed_url
+from steps.diagnose import Diagnosis, failed_url
 from steps.errors import InputError, Refused
 from steps.events import Notice
 from steps.exitcodes import EXIT_FAILED, EXIT_INPUT
 from steps.facts import Facts
 from steps.knowledge import ASSETS_DIR
+from steps.nextcommands import RESUME_COMMAND, answers_command, answers_file
 from steps.plan import Action
 from steps.runner import Result
 from steps.stack.lock import (

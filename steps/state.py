@@ -210,3 +210,24 @@ def remove_temporaries(directory: Path) -> None:
 def save_state(path: Path, state: State) -> None:
     state.updated = time.time()
     write_atomic(path, state.model_dump_json(by_alias=True, indent=2) + "\n")
+
+
+def resume_or_new(
+    old: State | None, answers_toml: str, answers_path: str | None
+) -> tuple[State, bool, str]:
+    """The run an apply goes on with: the saved one `old` if it is unfinished and had the same
+    answers, else a new one. The state, True if resumed, and why (for decisions.log)."""
+    if old and old.phase != "done" and old.answers_toml == answers_toml:
+        why = f"resuming run {old.run_id} (phase {old.phase}): same answers, unfinished"
+        return old, True, why
+    new = State(
+        run_id=new_run_id(), phase="running", answers_toml=answers_toml, answers_path=answers_path
+    )
+    why = "new run: " + (
+        "no earlier run"
+        if old is None
+        else f"run {old.run_id} is done"
+        if old.phase == "done"
+        else f"run {old.run_id} had other answers"
+    )
+    return new, False, why

@@ -41,6 +41,15 @@ Text = Annotated[str, StringConstraints(min_length=1)]
 SignatureId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 
 
+def pep440_specifier(value: str) -> str:
+    """`value` if it is a PEP 440 version specifier (what a field validator returns)."""
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError('allowed: a PEP 440 specifier such as ">=3.10" or "<13"') from None
+    return value
+
+
 class Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,7 +76,6 @@ class GpusTable(Table):
 class DriverTable(Table):
     open_modules_min_compute_capability: ComputeCapability
     open_modules_required_from_compute_capability: ComputeCapability
-    open_modules_default_from_branch: Branch
     open_modules_required_devices: list[PciId]
     last_branch_before_turing: Branch
     open_modules_only_from_branch: Branch
@@ -151,11 +159,7 @@ class TorchReleaseRow(Table):
     @field_validator("requires_python")
     @classmethod
     def _specifier(cls, v: str) -> str:
-        try:
-            SpecifierSet(v)
-        except InvalidSpecifier:
-            raise ValueError('allowed: a PEP 440 specifier such as ">=3.10"') from None
-        return v
+        return pep440_specifier(v)
 
 
 class TorchBuildRow(Table):
@@ -194,7 +198,8 @@ class PythonsTable(Table):
 
 # What steps.diagnose names itself: a killed compile's exit status, mlsetup's own full disk
 NAMED_SIGNATURES = ("out-of-memory", "no-space")
-FILLED = ("log", "answers", "apply_answers")  # what steps.diagnose.fill puts in a signature's text
+# what steps.diagnose.fill puts in a signature's text
+FILLED = ("log", "answers", "apply_answers", "resume")
 
 
 class SignatureRow(Table):

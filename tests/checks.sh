@@ -6,13 +6,16 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=$PWD/.venv/bin
-all=(ruff-check ruff-format mypy yamllint ansible-lint)
+all=(ruff-check ruff-format mypy import-linter yamllint ansible-lint)
 
 run_check() {
     case $1 in
     ruff-check) "$bin/ruff" check . ;;
     ruff-format) "$bin/ruff" format --check . ;;
     mypy) "$bin/mypy" ;; # files and strictness: [tool.mypy] in pyproject.toml
+    # the layers and forbidden imports: [tool.importlinter] in pyproject.toml; --no-cache: its
+    # cache folder (.import_linter_cache) would be one more thing in the tree
+    import-linter) "$bin/lint-imports" --no-cache ;;
     yamllint) (cd assets/ansible && "$bin/yamllint" --strict .) ;; # rules: assets/ansible/.yamllint
     # The role from its own directory (site.yml, the role, its defaults). --offline: no Galaxy
     # lookup, CI reaches only the package registries. ansible-lint runs ansible from its PATH.

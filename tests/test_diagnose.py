@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from steps.diagnose import diagnose
+from steps.diagnose import diagnose, no_space
 from steps.errors import InputError
+from steps.nextcommands import RESUME_COMMAND
 from steps.tables import DiagnosesTable, load_table, parse_table
 
 LOG = "/var/log/mlsetup/run/extensions.flash-attn.build.log"
@@ -135,3 +136,15 @@ def test_fabric_manager_mismatch_names_both_versions_and_cuda_802_says_start_it(
     d = diagnose(["RuntimeError: ... Error 802: system not yet initialized"], 1, "/l.log")
     assert d is not None and d.id == "cuda-system-not-ready"
     assert "systemctl enable --now nvidia-fabricmanager" in d.next
+
+
+def test_signatures_say_resume_and_the_code_fills_it():
+    """The resume command is written once (steps/nextcommands.py): a signature says {resume},
+    which no_space() fills with the command that goes on when no saved run can resume."""
+    table = load_table("diagnoses.toml", DiagnosesTable)
+    assert not [s.id for s in table.signature if RESUME_COMMAND in s.next]
+    assert "{resume}" in next(s for s in table.signature if s.id == "no-space").next
+    shown = diagnose(["OSError: [Errno 28] No space left on device"], 1, "/var/log/x.log")
+    assert shown is not None and shown.next.endswith(f"then: {RESUME_COMMAND}")
+    then = "sudo mlsetup apply --answers /root/a.toml"
+    assert no_space("/var/lib", then).next.endswith(f"then: {then}")

@@ -11,8 +11,8 @@ from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
 from app.tui.trail import answers_screen
 from steps import registry
-from steps.engine import RESUME_COMMAND
 from steps.exitcodes import EXIT_OK, EXIT_REBOOT
+from steps.nextcommands import RESUME_COMMAND
 from steps.paths import Paths
 from steps.plan import Action
 from steps.runner import Runner, RunnerError
