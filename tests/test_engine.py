@@ -280,7 +280,9 @@ def test_dpkg_lock_held_past_the_timeout_fails_clearly(server: FakeServer):
     # the holder named: this test's own process holds it
     name = Path(f"/proc/{os.getpid()}/comm").read_text().strip()
     held = f"the dpkg lock was still held after 1s, by {name} (pid {os.getpid()}: "
-    assert held in run.stdout and "pytest" in run.stdout.split(held)[1].splitlines()[0]
+    # its command line as /proc has it (under xdist a worker's is python -c ..., not pytest)
+    argv0 = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert held in run.stdout and argv0 in run.stdout.split(held)[1].splitlines()[0]
     assert server.report()["failure"]["diagnosis"] == "dpkg-lock"
     assert [c for c in server.calls() if c["cmd"] in ("apt-get", "dpkg")] == []
 

@@ -45,7 +45,14 @@ from steps.stack.commands import compile_argv
 from steps.stack.heldback import Answer, Probe, Scan
 from steps.stack.index import index_args, index_label, local_index, per_build_index
 from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
-from steps.stack.lock import MAX_LOCK_BYTES, Lock, Pins, build_of_pins, parse_requirements
+from steps.stack.lock import (
+    MAX_LOCK_BYTES,
+    Lock,
+    Pins,
+    Requirements,
+    build_of_pins,
+    parse_requirements,
+)
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.uvfailure import (
     OFFLINE_MARKERS,
@@ -185,6 +192,7 @@ class Resolution:
             ask = _Ask(f"venv.resolve-{build}", RESOLVE, python.version, self.inputs.requirements)
             compiled = self._compile(ask, build)
             if compiled.text is not None:
+                self._taken_as_data(compiled.text)  # the owner's output refused as itself
                 scan = Scan(
                     partial(self._probe, build=build, python=python.version),
                     ask.requirements,
@@ -356,13 +364,17 @@ class Resolution:
 
     # -- the lock -----------------------------------------------------------------------------
 
+    def _taken_as_data(self, text: str) -> Requirements:
+        """A lock uv wrote, by the account uv ran as: parsed as any lock root is handed, before
+        anything (the scan for packages held back included) reads it."""
+        who = self.resolver.who
+        fix = f"look at what runs as {who} (ps -u {who}), then: sudo mlsetup plan"
+        return parse_requirements(text, f"the lock uv wrote as {who}", fix)
+
     def _lock_from(
         self, text: str, build: str, python: _Python, attempts: Attempts, held: tuple[str, ...]
     ) -> Lock:
-        # written by the account uv ran as: taken as data, like any lock root is handed
-        who = self.resolver.who
-        fix = f"look at what runs as {who} (ps -u {who}), then: sudo mlsetup plan"
-        body = parse_requirements(text, f"the lock uv wrote as {who}", fix)
+        body = self._taken_as_data(text)
         pins = body.pins
         if "torch" not in pins.versions:
             raise StackUnavailable("uv's lock has no torch in it")
