@@ -94,8 +94,10 @@ class StackSettler:
             log.info("stack lock: none in a dry run; planning from knowledge")
             self.run.emit(
                 Notice(
-                    text="dry run: the stack is resolved at apply; planning from "
-                    "mlsetup's knowledge"
+                    # said plainly: the dry run's torch can differ from what plan and apply lock
+                    text="dry run: nothing is resolved, so the torch shown is a guess from "
+                    "mlsetup's tables; uv resolves the stack at apply (mlsetup plan shows "
+                    "what it locks now)"
                 )
             )
             return

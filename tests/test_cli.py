@@ -72,6 +72,8 @@ def _plan(o: Outcome) -> object:
 def _dry_run(o: Outcome) -> object:
     assert o.code == 0, o.err
     assert "dry run" in o.out and "(dry run: not executed)" in o.out  # shown, never executed
+    # nothing resolved: the torch it shows is said to be a guess (plan and apply lock another)
+    assert "nothing is resolved, so the torch shown is a guess" in o.out, o.out
     return o.code, [line.split("]", 1)[1] for line in o.out.splitlines() if "]" in line]
 
 
