@@ -1,15 +1,17 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from uv import find_uv_bin
 
 from tests.fakemachine import FakeMachine
-from tests.harness import FakeServer
+from tests.harness import USER_UID, FakeServer
 from tests.realhost.container import CACHE
 from tests.realhost.hosts import TIMINGS
 
@@ -48,8 +50,39 @@ def server(uv_binary: Path):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # an xdist worker: hand the fixture's timings to the controller, which prints the summary
     workeroutput = getattr(session.config, "workeroutput", None)
-    if workeroutput is not None and TIMINGS:
-        workeroutput["realhost_timings"] = dict(TIMINGS)
+    if workeroutput is not None:
+        if TIMINGS:
+            workeroutput["realhost_timings"] = dict(TIMINGS)
+        return
+    remove_what_the_run_left_in_tmp()
+
+
+# What the venv owner's processes (uid 1000, which run without the fixtures' TMPDIR) leave in
+# /tmp: uv's build locks (mode 0666), pip's build trackers, mlsetup's resolve sandboxes of a
+# process a test killed. The controller removes those that were not there when the session
+# started, once every worker has finished (a worker's own finish would pull them from under the
+# others), and only those idle for a minute (another run beside this one may be using its own).
+LEFT_IN_TMP = ("uv-setuptools-*.lock", "pip-build-tracker-*", "mlsetup-resolve-*")
+
+
+def _left_in_tmp() -> set[Path]:
+    tmp = Path(tempfile.gettempdir())
+    return {path for pattern in LEFT_IN_TMP for path in tmp.glob(pattern)}
+
+
+THERE_AT_START = _left_in_tmp()
+
+
+def remove_what_the_run_left_in_tmp() -> None:
+    for path in _left_in_tmp() - THERE_AT_START:
+        with contextlib.suppress(OSError):
+            st = path.lstat()
+            if st.st_uid != USER_UID or time.time() - st.st_mtime < 60:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook
