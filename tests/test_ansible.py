@@ -64,8 +64,10 @@ def run_playbook(
         ANSIBLE_HOME=str(base / "ansible-home"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
-        **settings,
+        # the async jobs' results of a local host, which went to the runner's ~/.ansible_async
+        ANSIBLE_ASYNC_DIR=str(base / "ansible-async"),
     )
+    env.update(settings)
     return subprocess.run(
         [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), *args],
         capture_output=True,
