@@ -199,7 +199,11 @@ def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProc
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1")
+    env.update(
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),  # not the runner's ~/.ansible_async
+    )
     return subprocess.run(
         [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
         capture_output=True,
