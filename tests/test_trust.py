@@ -108,7 +108,8 @@ def test_a_link_planted_among_the_built_wheels_is_not_copied_into_the_cache(
     assert run.returncode == 0, run.stdout
     assert (tree / "wheels" / planted).is_symlink()  # in place when root published
     cache = server.root / "var/cache/mlsetup/wheels" / KEY
-    assert sorted(p.name for p in cache.iterdir()) == [WHEEL]
+    # the wheel and the sha256 mlsetup records beside it; not the planted link
+    assert sorted(p.name for p in cache.iterdir()) == [WHEEL, f"{WHEEL}.sha256"]
     assert (cache / WHEEL).read_bytes() == (tree / "wheels" / WHEEL).read_bytes()
     assert fingerprint(shadow) == before
     assert any(planted in text and "is a symbolic link" in text for text in notices(server))

@@ -144,7 +144,10 @@ def test_check_mode_plans_and_changes_nothing(fleet: SshFleet, plays):
     for host in HOSTS:
         assert recap(run)[host]["failed"] == 0 and recap(run)[host]["changed"] >= 1
         plan = json.loads((fleet.controller / "plans" / f"{host}.json").read_text())
-        assert [s["status"] for s in plan["steps"]] == ["pending"] * 4
+        # every step to do but the fabric step: no NVSwitch on these hosts
+        statuses = {s["name"]: s["status"] for s in plan["steps"]}
+        assert statuses.pop("fabric") == "satisfied"
+        assert set(statuses.values()) == {"pending"}, statuses
         facts = json.loads((fleet.controller / "facts" / f"{host}.json").read_text())
         assert facts["schema"] == "mlsetup.facts/1" and facts["driver"] is None
         assert fleet.after_check[host] == {

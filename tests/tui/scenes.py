@@ -109,8 +109,20 @@ def build_output(n: int = 40) -> list[str]:
     ]
 
 
+def build_started() -> list[ev.Event]:
+    """The run up to the build's start, before its output (the steps before it as the registry
+    orders them: a count of events went wrong when a step was added)."""
+    events = build_running()
+    started = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, ev.ActionStarted) and e.action == "extensions.flash-attn.build"
+    )
+    return events[: started + 1]
+
+
 def build_failed() -> list[ev.Event]:
-    out = build_running()[:9]
+    out = build_started()
     out += [
         ev.ActionFinished(
             step="extensions",

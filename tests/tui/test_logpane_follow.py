@@ -37,7 +37,7 @@ async def _feed(app: WizardApp, pilot, lines: list[str], batch: int = 7) -> None
 async def _run_screen(app: WizardApp, pilot) -> LogPane:
     app.runs.show_run()
     await pilot.pause()
-    for event in scenes.build_running()[:9]:
+    for event in scenes.build_started():
         app.feed(event)
     app.feed.flush()
     await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
@@ -57,7 +57,7 @@ async def test_the_pane_follows_the_tail_until_the_operator_scrolls_up():
         assert view.lines[-1].startswith("line 149")
 
         # the gauge appears and the pane gets shorter: still at the tail
-        for event in scenes.build_running()[9:]:
+        for event in scenes.build_running()[len(scenes.build_started()) :]:
             app.feed(event)
         await _feed(app, pilot, _lines(150, 20))
         assert _at_tail(pane), (view.scroll_offset.y, view.max_scroll_y)
@@ -80,11 +80,11 @@ async def test_the_pane_follows_the_tail_until_the_operator_scrolls_up():
 async def test_attach_replays_the_stream_and_ends_at_the_tail():
     app = WizardApp(dry_session("h200-ubuntu2404"), opening="attach")
     async with app.run_test(size=(80, 24)) as pilot:
-        for event in scenes.build_running()[:9]:
+        for event in scenes.build_started():
             app.feed(event)
         for line in _lines(0, 300):
             app.feed(ev.Output(action=BUILD, line=line))
-        for event in scenes.build_running()[9:]:
+        for event in scenes.build_running()[len(scenes.build_started()) :]:
             app.feed(event)
         app.feed.flush()
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
