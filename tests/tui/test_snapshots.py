@@ -176,6 +176,9 @@ def test_screen(snap_compare, screen: str, size: str, tmp_path: Path) -> None:
         async def run_before(pilot) -> None:
             await pilot.press(REVIEW_KEY)
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ReviewScreen")
+            # Review behind the question shows the resolution's outcome, not whichever of
+            # before and after it a loaded machine happened to draw
+            await stack_resolved(pilot)
             await pilot.press("enter")
             await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmScreen")
 
