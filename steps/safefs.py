@@ -20,7 +20,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from steps.units import MiB
@@ -288,14 +288,24 @@ def copy_into(src_fd: int, dir_fd: int, name: str, *, limit: int, mode: int = 0o
     same directory, so a reader sees the old file or the whole new one and nothing planted at
     either name is followed. Refused (nothing left behind) past `limit` bytes."""
     single_component(name)
-    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
-    out = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
-    try:
+
+    def copy(out: int) -> None:
         copied = 0
         while sent := os.sendfile(out, src_fd, None, min(64 * MiB, limit + 1 - copied)):
             copied += sent
             if copied > limit:
                 raise UnsafeFile(0, f"is larger than {limit} bytes", name)
+
+    _write_beside(dir_fd, name, mode, copy)
+
+
+def _write_beside(dir_fd: int, name: str, mode: int, fill: Callable[[int], None]) -> None:
+    """`name` in `dir_fd` made anew: `fill` writes a temp file created O_EXCL|O_NOFOLLOW beside
+    it, which is given `mode`, synced and renamed over the name; removed if anything fails."""
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    out = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        fill(out)
         os.fchmod(out, mode)
         os.fsync(out)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -383,21 +393,13 @@ def replace_file(path: Path, data: bytes, mode: int, *, create_parents: bool = F
                     f"has {st.st_nlink} hard links (other names elsewhere): not replaced",
                     str(path),
                 )
-        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
-        out = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
-        try:
-            os.fchmod(out, mode)
+
+        def write(out: int) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(out, view) :]
-            os.fsync(out)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-        finally:
-            os.close(out)
+
+        _write_beside(dir_fd, name, mode, write)
     finally:
         os.close(dir_fd)
 
