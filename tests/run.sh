@@ -52,6 +52,9 @@ say "installing mlsetup and its test extras into .venv (about a minute the first
 # pip brings uv (the bound mlsetup itself depends on, read from pyproject.toml), and uv installs
 # the rest: it downloads in parallel, pip one wheel at a time (a fresh box: about 10 s against 45,
 # and minutes through a slow proxy). The venv keeps its pip: tests build and install with it.
+# uv trusts the system's certificates, as pip does (a proxy that re-signs TLS is common on
+# company networks; uv's own roots would refuse it), unless the caller chose otherwise.
+[ -n "${UV_NATIVE_TLS:-}" ] || export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-true}
 uv_requirement=$(sed -n 's/^ *"\(uv[<>=][^"]*\)",$/\1/p' pyproject.toml)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "${uv_requirement:-uv}" >&2 ||
     { say "could not install uv into .venv (above)"; exit 1; }
