@@ -332,7 +332,7 @@ class ExtensionBuilds:
             ceiling=ceiling,
             budget_bytes=build.limit_bytes(),
             reserve_bytes=build.reserve_bytes(psutil.virtual_memory().total),
-            peak_job_bytes=int(target.recipe.peak_job_gib * GiB),
+            peak_job_bytes=int(target.recipe.job_peak_gib * GiB),
             # beside the tree, in root's directory: the tree belongs to the account that
             # compiles, and root must not read what that account may have swapped in; one file
             # for each compiling account, so that what one's jobs showed never sizes another's

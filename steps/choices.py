@@ -707,7 +707,7 @@ def jobs_that_fit(facts: Facts, answers: Answers, recipe: ExtensionRecipe) -> in
     cores = facts.cpu.logical or 1
     if usable is None:
         return ceiling if ceiling != "auto" else max(1, cores // 2)
-    fit = max(1, min(cores, int(usable // (recipe.peak_job_gib * GiB))))
+    fit = max(1, min(cores, int(usable // (recipe.job_peak_gib * GiB))))
     return fit if ceiling == "auto" else min(fit, ceiling)
 
 
@@ -750,14 +750,22 @@ def _peak_warnings(
     facts: Facts, answers: Answers, targets: tuple[BuildTarget, ...]
 ) -> list[StepWarning]:
     """A build whose one compile job peaks above the RAM it may use: the figure and what to
-    do before it runs out of memory."""
+    do before it runs out of memory; one whose peak nobody measured: how it is counted."""
     usable = build_ram(facts, answers)
-    if usable is None:
-        return []
     out = []
     for t in targets:
-        peak = t.recipe.peak_job_gib * GiB
-        if peak <= usable:
+        if t.recipe.peak_job_gib is None:  # no figure to compare: say how it is counted
+            out.append(
+                StepWarning(
+                    "extensions",
+                    f"{t.answer.name} {t.answer.version}: one compile job's peak is unknown (the "
+                    f"recipe has no peak_job_gib): counted as {t.recipe.job_peak_gib:g} GiB until "
+                    "the memory governor learns it from the build's own jobs, kept for its next "
+                    "run",
+                )
+            )
+            continue
+        if usable is None or t.recipe.peak_job_gib * GiB <= usable:
             continue
         swap = facts.memory.swap_total_bytes
         out.append(

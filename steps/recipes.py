@@ -106,6 +106,11 @@ Flag = Annotated[bool, Strict()]  # strict: "no" is no boolean
 CxxStandard = Annotated[int, Strict(), Field(ge=11, le=29)]
 # What the force switch is set to: setup.py compares it as a string ("TRUE", "1")
 SwitchValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]{1,16}$")]
+# One compile job's peak for a recipe that does not know it (no `peak_job_gib`): above the
+# largest measured among the shipped recipes (flash-attn's 6.5 GiB, docs/benchmarks.md), so that
+# the static MAX_JOBS and the governor's first admissions err towards fewer jobs; the governor
+# replaces it with the peaks it measures (steps/lessons.py), kept for the next run of the build.
+UNKNOWN_PEAK_JOB_GIB = 8.0
 # A .ninja_log of one build of the extension, shipped in assets/buildtools/profiles/
 PROFILES = "buildtools/profiles"
 
@@ -205,7 +210,11 @@ class RecipeModel(_Overridable):
         description="the variable that makes setup.py compile instead of fetching a wheel"
     )
     force_build_value: SwitchValue = Field("TRUE", description="what that variable is set to")
-    peak_job_gib: Gib
+    peak_job_gib: Gib | None = Field(
+        None,
+        description="one compile job's peak RAM; absent: unknown, the governor starts from "
+        f"{UNKNOWN_PEAK_JOB_GIB:g} GiB and learns it from the build",
+    )
     measured_build: MeasuredBuildModel | None = None
     build_requires: list[str]
     runtime_requires: list[str] = Field(
@@ -314,7 +323,9 @@ class ExtensionRecipe:
     threads_variable: str  # "" = it hard-codes nvcc's --threads; `threads` says how many
     threads: int
     force_build_variable: str
-    peak_job_gib: float  # one compile job at its peak, with `threads` nvcc threads
+    # one compile job at its peak, with `threads` nvcc threads; None: nobody measured it (the
+    # governor starts from UNKNOWN_PEAK_JOB_GIB and learns it from the build's own jobs)
+    peak_job_gib: float | None
     build_requires: tuple[str, ...]
     # What the wheel requires at run time besides torch (its Requires-Dist): resolved into the
     # stack's lock with everything else, because the wheel itself is installed --no-deps.
@@ -353,6 +364,12 @@ class ExtensionRecipe:
                 changes["arch_map"] = {**out.arch_map, **changes["arch_map"]}
             out = dataclasses.replace(out, **changes)
         return out
+
+    @property
+    def job_peak_gib(self) -> float:
+        """One compile job's peak as the plan and the governor's first guess count it: the
+        recipe's figure, else the conservative UNKNOWN_PEAK_JOB_GIB."""
+        return UNKNOWN_PEAK_JOB_GIB if self.peak_job_gib is None else self.peak_job_gib
 
     def requirement_for(self, version: str) -> str:
         return self.requirement.format(package=self.package, version=version)

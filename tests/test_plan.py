@@ -17,7 +17,9 @@ from steps.facts import load_facts
 from steps.knowledge import knowledge
 from steps.plan import ActionKind, Plan
 from steps.planner import make_plan
+from steps.recipes import UNKNOWN_PEAK_JOB_GIB
 from steps.stack.lock import Lock
+from steps.units import GiB
 from steps.venvstate import VenvState
 from tests.common import MACHINES, run_cli
 
@@ -647,3 +649,40 @@ def test_a_venv_whose_activate_lacks_the_toolkit_gets_only_that_written():
     assert step.status == "pending" and "does not set CUDA_HOME=/usr/local/cuda-13.0" in step.reason
     (write,) = step.actions
     assert write.kind == "activate" and write.argv[-2:] == ["/root/ml-env", "/usr/local/cuda-13.0"]
+
+
+UNMEASURED_RECIPE = """[unmeasured]
+package = "unmeasured"
+import_name = "unmeasured"
+arch_variable = "TORCH_CUDA_ARCH_LIST"
+arch_map = { "9.0" = "9.0" }
+threads_variable = "NVCC_THREADS"
+threads = 1
+force_build_variable = "UNMEASURED_FORCE_BUILD"
+build_requires = ["setuptools"]
+prebuilt_cuda_majors = []
+"""
+
+
+def test_a_recipe_without_peak_job_gib_plans_with_the_unknown_peak_counted_and_said(tmp_path):
+    """Nobody knows one job's peak before a build: a recipe may leave peak_job_gib out. The
+    plan counts the conservative first guess and says the governor learns the real one."""
+    recipes = tmp_path / "extensions.d"
+    recipes.mkdir()
+    (recipes / "unmeasured.toml").write_text(UNMEASURED_RECIPE)
+    answers = tmp_path / "a.toml"
+    answers.write_text('version = 1\n[[extensions]]\nname = "unmeasured"\nversion = "1.0"\n')
+    run = run_cli(
+        "plan", "--facts", str(H200), "--answers", str(answers), "--json",
+        env={"MLSETUP_EXTENSIONS_DIR": str(recipes)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    plan = Plan.model_validate_json(run.stdout)
+    (said,) = [w for w in plan.warnings if "unmeasured 1.0" in w]
+    assert "peak is unknown" in said and "learns it from the build" in said
+    facts = load_facts(H200)
+    free = facts.memory.available_bytes
+    reserve = answers_from_toml("", "t.toml").build.reserve_bytes(facts.memory.total_bytes)
+    build = next(a for a in plan.actions if a.id == "extensions.unmeasured.build")
+    fit = (free - reserve) // int(UNKNOWN_PEAK_JOB_GIB * GiB)
+    assert fit < facts.cpu.logical and build.env["MAX_JOBS"] == str(fit)

@@ -119,7 +119,13 @@ class ExtensionsController(StepController):
         """How many jobs run at once, as the governor will let them: those whose peaks the RAM
         holds, within build.max_jobs (4 jobs of 6.5 GiB are not "up to 4" in 5 GiB)."""
         fit = target.jobs_at_once
-        peak = f"one job peaks at about {target.recipe.peak_job_gib:g} GiB"
+        known = target.recipe.peak_job_gib
+        peak = (
+            f"one job peaks at about {known:g} GiB"
+            if known is not None
+            else f"one job's peak is unknown: counted as {target.recipe.job_peak_gib:g} GiB "
+            "until the governor learns it from the build"
+        )
         if fit < target.max_jobs:
             return (
                 f"{jobs_text(fit)} at once ({peak}; build.max_jobs {target.max_jobs} is the "
