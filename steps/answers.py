@@ -28,6 +28,7 @@ from pydantic import (
 from steps.errors import input_kind, validate_strict
 from steps.inputs import parse_toml, read_input
 from steps.knowledge import knowledge
+from steps.recipes import ARCH_SUFFIXES, compute_capability_of
 from steps.units import GiB, MiB
 
 # Every value below that becomes an argv element or a path is checked here, once (docs/design.md,
@@ -317,7 +318,10 @@ class ExtensionAnswers(_Section):
     name: str = Field(description="a recipe in assets/extensions.toml, e.g. flash-attn")
     version: str = Field(description="the release to install, e.g. 2.8.3")
     archs: Literal["auto"] | list[str] = Field(
-        "auto", description='"auto" = the GPUs present; or compute capabilities such as ["9.0"]'
+        "auto",
+        description='"auto" = the GPUs present; or compute capabilities such as ["9.0"], one '
+        'with NVIDIA\'s suffix for arch-specific ("9.0a") or family-specific ("10.0f") code '
+        "where the recipe's arch_map has it",
     )
     source: Literal["auto", "wheel", "build"] = Field(
         "auto",
@@ -354,8 +358,11 @@ class ExtensionAnswers(_Section):
             if not v or len(v) > len(known):
                 raise ValueError('allowed: "auto" or a non-empty list of compute capabilities')
             for cc in v:
-                if cc not in known:
-                    raise ValueError(f"{cc!r} is not a compute capability; allowed: {known}")
+                if compute_capability_of(cc) not in known or cc.count(".") != 1:
+                    raise ValueError(
+                        f"{cc!r} is not a compute capability; allowed: {known}, or one of them "
+                        f'ending in {" or ".join(ARCH_SUFFIXES)} ("9.0a")'
+                    )
         return v
 
 

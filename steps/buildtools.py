@@ -34,7 +34,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from steps.knowledge import knowledge
-from steps.recipes import PROFILES, ExtensionRecipe
+from steps.recipes import PROFILES, ExtensionRecipe, arch_number
 from steps.rootfs import RootFS
 from steps.safefs import UnsafeFile, open_dir, read_bounded, walk
 from steps.state import write_atomic
@@ -52,10 +52,10 @@ def cuda_archs(recipe: ExtensionRecipe, compute_capabilities: list[str]) -> str:
     """What mlsetup's nvcc keeps, e.g. "90" or "80 86": each GPU's own architecture and the one
     whose code it runs by the recipe's arch_map (an 8.6 GPU runs flash-attn's sm_80 build)."""
     numbers = set()
-    for cc in compute_capabilities:
-        numbers.add(cc.replace(".", ""))
+    for cc in compute_capabilities:  # "9.0a" is kept as sm_90a, which the wrapper counts as 90
+        numbers.add(arch_number(cc))
         if cc in recipe.arch_map:
-            numbers.add(recipe.arch_map[cc].replace(".", ""))
+            numbers.add(arch_number(recipe.arch_map[cc]))
     return " ".join(sorted(numbers, key=int))
 
 

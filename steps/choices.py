@@ -20,6 +20,7 @@ from steps.cxxstd import check_torch_bounds, torch_bounds
 from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.knowledge import ExtensionRecipe, TorchRelease, knowledge
+from steps.recipes import arch_number, compute_capability_of
 from steps.rootfs import RootFS
 from steps.stack.lock import Lock
 from steps.units import GiB, gib
@@ -816,9 +817,11 @@ def _build_target(
             )
         )
         return None
-    if answer.archs != "auto" and not answers.build.for_other_machines:
+    if answer.archs != "auto":
         where = next(i for i, e in enumerate(answers.extensions) if e is answer)
-        _check_archs_run_here(facts, recipe, answer, f"extensions[{where}].archs")
+        _check_suffixes_known(recipe, answer, f"extensions[{where}].archs")
+        if not answers.build.for_other_machines:
+            _check_archs_run_here(facts, recipe, answer, f"extensions[{where}].archs")
     bad = recipe.unsupported(ccs)
     if bad:
         warnings.append(
@@ -839,18 +842,37 @@ def _build_target(
     )
 
 
+def _check_suffixes_known(recipe: ExtensionRecipe, answer: ExtensionAnswers, key: str) -> None:
+    """An arch- or family-specific target ("9.0a") is built only where the recipe says how to
+    ask its setup.py for it (arch_map has "9.0a"): else it is refused, not built as plain 9.0."""
+    unknown = [
+        a for a in answer.archs if a != compute_capability_of(a) and a not in recipe.arch_map
+    ]
+    if not unknown:
+        return
+    plain = list(dict.fromkeys(compute_capability_of(a) for a in answer.archs))
+    raise InputError(
+        f"{key} = {show_value(list(answer.archs))}: {answer.name}'s recipe has no arch_map entry "
+        f"for {', '.join(unknown)} (it builds for {', '.join(recipe.arch_map)}); allowed: "
+        f"{show_value(plain)} (its setup.py picks the code for those GPUs), or a recipe whose "
+        f'arch_map has "{unknown[0]}" (such as "{unknown[0]}" = "{unknown[0]}" for '
+        "TORCH_CUDA_ARCH_LIST)"
+    )
+
+
 def _check_archs_run_here(
     facts: Facts, recipe: ExtensionRecipe, answer: ExtensionAnswers, key: str
 ) -> None:
     """Explicit archs whose build some GPU here cannot run (its compute capability compiles to
     an arch the list lacks) are refused, unless build.for_other_machines says the wheel is
     meant for other machines as well."""
-    built = {recipe.arch_map.get(cc) for cc in answer.archs} - {None}
+    # by number: sm_90a's code runs on the 9.0 GPU, sm_100f's on the 10.x family
+    built = {arch_number(recipe.arch_map[cc]) for cc in answer.archs if cc in recipe.arch_map}
     # a GPU the recipe does not support at all is left out whatever the archs (a warning)
     missed = [
         cc
         for cc in facts.compute_capabilities
-        if cc in recipe.arch_map and recipe.arch_map[cc] not in built
+        if cc in recipe.arch_map and arch_number(recipe.arch_map[cc]) not in built
     ]
     if not missed:
         return

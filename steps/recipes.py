@@ -97,8 +97,17 @@ PackageName = Annotated[
 ]
 RecipeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 Digits = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}$")]
-ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9]$")]
-ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?$")]
+# An arch may end in NVIDIA's suffixes: "a" (arch-specific: sm_90a's features run on 9.0 alone)
+# and "f" (family-specific, CUDA 12.9 on: sm_100f runs on the 10.x family). Sources: NVIDIA, CUDA
+# 12.9 features (https://docs.nvidia.com/cuda/archive/12.9.1/cuda-features-archive/index.html:
+# "sm_103, sm_103f, sm_103a", "a new target architecture class: family-specific architectures");
+# the NVIDIA blog "NVIDIA Blackwell and NVIDIA CUDA 12.9 Introduce Family-Specific Architecture
+# Features"; torch's cpp_extension takes "9.0a" in TORCH_CUDA_ARCH_LIST (pytorch/pytorch#110587).
+ARCH_SUFFIXES = ("a", "f")
+# arch_map's keys: a GPU's compute capability, or one with a suffix: the value when the answers'
+# extensions.archs ask for that GPU's arch- or family-specific code ("9.0a" = "9.0a")
+ArchTarget = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}\.[0-9][af]?$")]
+ArchValue = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,3}(\.[0-9])?[af]?$")]
 Gib = Annotated[float, Strict(), Field(gt=0, le=1024)]  # strict: `true` is no size
 Threads = Annotated[int, Field(ge=1, le=64, strict=True)]
 Flag = Annotated[bool, Strict()]  # strict: "no" is no boolean
@@ -145,7 +154,7 @@ class _Overridable(_Strict):
     """The fields a variant may set; the base recipe has them all."""
 
     arch_variable: str | None = None
-    arch_map: dict[ComputeCapability, ArchValue] | None = None
+    arch_map: dict[ArchTarget, ArchValue] | None = None
     threads_variable: str | None = None
     threads: Threads | None = None
     peak_job_gib: Gib | None = None
@@ -203,7 +212,7 @@ class RecipeModel(_Overridable):
     package: PackageName
     import_name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
     arch_variable: str
-    arch_map: dict[ComputeCapability, ArchValue] = Field(min_length=1)
+    arch_map: dict[ArchTarget, ArchValue] = Field(min_length=1)
     threads_variable: str = Field(description='"" = the extension hard-codes its nvcc threads')
     threads: Threads
     force_build_variable: str = Field(
@@ -376,7 +385,7 @@ class ExtensionRecipe:
 
     @property
     def min_compute_capability(self) -> str:
-        return min(self.arch_map, key=Version)
+        return min(self.arch_map, key=arch_order)
 
     def unsupported(self, compute_capabilities: list[str]) -> list[str]:
         return [cc for cc in compute_capabilities if cc not in self.arch_map]
@@ -390,8 +399,26 @@ class ExtensionRecipe:
                 return None
             if value not in values:
                 values.append(value)
-        values.sort(key=lambda v: Version(v) if "." in v else int(v))
+        values.sort(key=arch_order)
         return ";".join(values)
+
+
+def compute_capability_of(arch: str) -> str:
+    """An arch target without its suffix: "9.0a" -> "9.0", "100f" -> "100"."""
+    return arch[:-1] if arch.endswith(ARCH_SUFFIXES) else arch
+
+
+def arch_number(arch: str) -> str:
+    """The architecture's number as nvcc's sm_NN names it: "9.0a" and "90a" -> "90"."""
+    return compute_capability_of(arch).replace(".", "")
+
+
+def arch_order(arch: str) -> tuple[int, str]:
+    """Sorts "8.0" < "9.0" < "9.0a" < "10.0f" and "80" < "90" < "90a" < "100" (an arch list
+    in the build's variable, a recipe's lowest compute capability)."""
+    number = compute_capability_of(arch)
+    major, _, minor = number.partition(".")
+    return (int(major) * 10 + int(minor) if minor else int(major), arch[len(number) :])
 
 
 def shipped_profiles() -> set[str]:

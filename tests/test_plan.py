@@ -11,13 +11,14 @@ import pytest
 
 from steps import registry
 from steps.answers import answers_from_toml
+from steps.buildtools import cuda_archs
 from steps.choices import choose
 from steps.extensions import wanted_wheels
 from steps.facts import load_facts
 from steps.knowledge import knowledge
 from steps.plan import ActionKind, Plan
 from steps.planner import make_plan
-from steps.recipes import UNKNOWN_PEAK_JOB_GIB
+from steps.recipes import UNKNOWN_PEAK_JOB_GIB, parse_recipes
 from steps.stack.lock import Lock
 from steps.units import GiB
 from steps.venvstate import VenvState
@@ -686,3 +687,52 @@ def test_a_recipe_without_peak_job_gib_plans_with_the_unknown_peak_counted_and_s
     build = next(a for a in plan.actions if a.id == "extensions.unmeasured.build")
     fit = (free - reserve) // int(UNKNOWN_PEAK_JOB_GIB * GiB)
     assert fit < facts.cpu.logical and build.env["MAX_JOBS"] == str(fit)
+
+
+ARCH_SPECIFIC_RECIPE = UNMEASURED_RECIPE.replace("unmeasured", "hopperext").replace(
+    'arch_map = { "9.0" = "9.0" }',
+    'arch_map = { "9.0" = "9.0", "9.0a" = "9.0a" }\npeak_job_gib = 1.0',
+)
+
+
+def _plan_with_recipe(tmp_path, recipe: str, extension: str, archs: str):
+    recipes = tmp_path / "extensions.d"
+    recipes.mkdir(exist_ok=True)
+    (recipes / "mine.toml").write_text(recipe)
+    answers = tmp_path / "a.toml"
+    answers.write_text(
+        f'version = 1\n[[extensions]]\nname = "{extension}"\nversion = "2.8.3"\narchs = {archs}\n'
+    )
+    env = {"MLSETUP_EXTENSIONS_DIR": str(recipes)}
+    return run_cli("plan", "--facts", str(H200), "--answers", str(answers), "--json", env=env)
+
+
+def test_an_arch_specific_target_reaches_the_builds_arch_list(tmp_path):
+    """NVIDIA's "a" (sm_90a) and "f" (sm_100f) targets: a recipe's arch_map may name them and
+    extensions.archs may ask for one; TORCH_CUDA_ARCH_LIST gets "9.0a", mlsetup's nvcc keeps 90."""
+    run = _plan_with_recipe(tmp_path, ARCH_SPECIFIC_RECIPE, "hopperext", '["9.0a"]')
+    assert run.returncode == 0, run.stderr
+    build = next(a for a in Plan.model_validate_json(run.stdout).actions if a.id.endswith(".build"))
+    assert build.env["TORCH_CUDA_ARCH_LIST"] == "9.0a"
+    assert build.env["MLSETUP_CUDA_ARCHS"] == "90"
+
+
+def test_an_arch_specific_target_the_recipe_lacks_is_refused_naming_what_works(tmp_path):
+    # flash-attn's FLASH_ATTN_CUDA_ARCHS takes numbers only: "9.0a" is not built as plain 9.0
+    run = _plan_with_recipe(tmp_path, "", "flash-attn", '["9.0a"]')
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert 'extensions[0].archs = ["9.0a"]' in run.stderr and 'allowed: ["9.0"]' in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_suffixed_arch_values_sort_and_trim_by_their_number():
+    (recipe,) = parse_recipes(GOOD_FLASH_LIKE.encode(), "mine.toml").values()
+    assert recipe.arch_value(["12.0", "9.0", "10.0"]) == "90a;100f;120f"
+    assert recipe.min_compute_capability == "9.0"
+    assert cuda_archs(recipe, ["10.0", "9.0"]) == "90 100"
+
+
+GOOD_FLASH_LIKE = UNMEASURED_RECIPE.replace(
+    'arch_map = { "9.0" = "9.0" }',
+    'arch_map = { "12.0" = "120f", "10.0" = "100f", "9.0" = "90a" }',
+).replace("TORCH_CUDA_ARCH_LIST", "MINE_CUDA_ARCHS")
