@@ -28,7 +28,7 @@ from steps.buildtools import (
     tools_of,
 )
 from steps.choices import BuildTarget
-from steps.cxxstd import HEADER, setup_passes
+from steps.cxxguard import cxx_refusal, refuse
 from steps.diagnose import diagnose
 from steps.events import Notice
 from steps.extensions import ARCHIVES, target_key
@@ -40,22 +40,18 @@ from steps.safefs import (
     Untrusted,
     check_trusted_tree,
     make_dir,
-    open_append,
-    open_dir,
     open_trusted_dir,
     open_trusted_file,
-    read_bounded,
     trusted_dir,
 )
 from steps.sourcetree import changed, manifest_path, record
-from steps.units import GiB, MiB
+from steps.units import GiB
 from steps.venvstate import probe_venv
 from steps.wheels import BUILD_ROOT, publish, tree_name
 
 log = logging.getLogger("mlsetup.builds")
 
 OOM_RETRIES = 2
-SETUP_PY_LIMIT = 4 * MiB  # flash-attn 2.8.3.post2's setup.py is 25 KB
 
 
 class ExtensionBuilds:
@@ -206,9 +202,9 @@ class ExtensionBuilds:
         build = self.run.req.answers.build
         ceiling = build.max_jobs if isinstance(build.max_jobs, int) else None
         target = self._target(action)
-        refused = self._cxx_refusal(action, target)
+        refused = cxx_refusal(self.run, action, target)
         if refused:
-            return self._refuse(action, log_path, refused)
+            return refuse(action, log_path, refused)
         tools = self._without_untrusted_tools(action, target)
         try:
             return self._attempts(action, log_path, started, ceiling, tools)
@@ -246,60 +242,6 @@ class ExtensionBuilds:
                 )
             )
         raise AssertionError("unreachable")
-
-    def _cxx_refusal(self, action: Action, target: BuildTarget) -> list[str]:
-        """Why this build cannot compile against the venv's torch, before ninja starts: the
-        standard torch's ATen.h requires (its #error line) against the one the build passes
-        (the recipe's compile_as_cxx, else the source's setup.py, else the recipe). [] when it
-        can or when either is unknown (the compile then says)."""
-        venv = probe_venv(self.run.fs, self.run.choices.venv_path)
-        needs = venv.torch_cxx if venv else None
-        if needs is None:
-            return []
-        recipe = target.recipe
-        source = action.argv[-1]  # what `pip wheel` builds: the unpacked tree, or the recipe's
-        # own source directory, which is where the recipe says (as _check_source reads it)
-        mine = recipe.requirement_for(target.answer.version) == source
-        local = Path(source) if mine else self.run.fs.path(source)
-        passes, where = recipe.compile_as_cxx, "the recipe's compile_as_cxx"
-        if passes is None:
-            passes, where = self._setup_standard(local), f"-std in {source}/setup.py"
-        if passes is None:
-            passes, where = recipe.cxx_standard, "the recipe's cxx_standard"
-        if passes is None or passes >= needs:
-            return []
-        name, version = target.answer.name, target.answer.version
-        torch = venv.version_of("torch") if venv else None
-        return [
-            f"torch {torch}'s {HEADER}: #error C++{needs} or later compatible compiler is "
-            "required to use ATen.",
-            f"mlsetup: {name} {version} builds with C++{passes} ({where}), but torch {torch} "
-            f"in {self.run.choices.venv_path} requires C++{needs} ({HEADER}): every file "
-            "including torch would stop at that #error, so the compile was not started "
-            "(ninja never ran)",
-        ]
-
-    def _setup_standard(self, source: Path) -> int | None:
-        """The C++ standard the source's setup.py passes (read as root: bounded, no link
-        followed), None when it passes none or cannot be read."""
-        try:
-            fd = open_dir(source)
-            try:
-                text = read_bounded("setup.py", SETUP_PY_LIMIT, dir_fd=fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            return None
-        return setup_passes(text.decode("utf-8", "replace"))
-
-    def _refuse(self, action: Action, log_path: Path, lines: list[str]) -> Result:
-        """The build's failure without running it: its log says why, the diagnosis reads it."""
-        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, _ = open_append(log_path)
-        with os.fdopen(fd, "a") as out:
-            out.write("\n".join(lines) + "\n")
-        log.info("%s: refused before the compile: %s", action.id, lines[-1])
-        return Result(exit_code=1, elapsed=0.0, tail=lines)
 
     def _without_untrusted_tools(self, action: Action, target: BuildTarget) -> dict[str, str]:
         """{} when no account but root can change mlsetup's nvcc and ninja; else the variables
