@@ -281,3 +281,35 @@ def test_a_recipe_whose_build_opts_into_cxx20_has_no_incompatibility(capsys, mon
     monkeypatch.setattr(refresh_knowledge, "knowledge", lambda: now)
     code, out = run(recorded(), capsys)
     assert code == 0, out
+
+
+def test_record_writes_only_the_releases_the_findings_read(tmp_path, capsys):
+    """--record trims each answer to the releases the tool looks at: torch's newest of each
+    series it reports, a recipe's checked release and the newer ones. Replayed, the trimmed
+    answers say what the whole ones say."""
+    responses = copy.deepcopy(recorded())
+    torch = responses["torch"]["releases"]
+    torch["2.3.1"] = [_wheel("2.3.1", "312")]  # a series older than any torch.toml lists
+    torch["2.14.0"] = [_wheel("2.14.0", "312")]  # an older patch of a series
+    torch["2.16.0rc1"] = [_wheel("2.16.0rc1", "313")]  # a pre-release
+    flash = responses["flash-attn"]["releases"]
+    flash["2.6.3"] = [_file("flash_attn-2.6.3.tar.gz")]  # older than the recipe's checked
+    empty = tmp_path / "record"
+    (empty / "cxx").mkdir(parents=True)
+    argv = ["--pypi", PYPI, "--record", str(empty), "--lines", str(RECORDED / "cxx")]
+    code = refresh_knowledge.main(argv, fetch=fetcher(responses))
+    out = capsys.readouterr().out
+    assert code == 0 and all(f"recorded {empty / name}.json" in out for name in responses), out
+
+    mine = recorded(empty)
+    newest = refresh_knowledge.newest_of_each_series(responses["torch"])
+    assert set(mine["torch"]["releases"]) == {str(v) for v, _ in newest.values()}
+    assert not {"2.3.1", "2.14.0", "2.16.0rc1"} & set(mine["torch"]["releases"])
+    checked = knowledge().extensions["flash-attn"].checked
+    kept = set(mine["flash-attn"]["releases"])
+    assert checked in kept and "2.6.3" not in kept
+    assert all(refresh_knowledge.Version(v) >= refresh_knowledge.Version(checked) for v in kept)
+    for name in ("flash-attn", "causal-conv1d", "mamba-ssm"):  # no longer than the fixtures
+        lines = len((empty / f"{name}.json").read_text().splitlines())
+        assert lines <= len((RECORDED / f"{name}.json").read_text().splitlines()), name
+    assert run(mine, capsys) == run(responses, capsys)

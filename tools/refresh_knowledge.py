@@ -20,7 +20,8 @@ source comment. A recipe whose package PyPI does not have (404) is a finding, no
 check. Exit status: 0 nothing to change, 1 findings, 3 PyPI could not be read.
 
 `--record DIR` also writes PyPI's answer for each project DIR has none for, trimmed to what the
-tool reads, as DIR/NAME.json, and the header and setup.py lines it read as DIR/cxx/NAME-VERSION
+tool reads (the releases its findings look at, their Linux wheels and sdists, four fields each),
+as DIR/NAME.json, and the header and setup.py lines it read as DIR/cxx/NAME-VERSION
 .json (with the file's URL and sha256): a new recipe's response for tests/test_refresh_knowledge.py
 is
 
@@ -464,14 +465,43 @@ FILE_FIELDS = ("filename", "requires_python", "upload_time", "yanked")
 INFO_FIELDS = ("name", "requires_python", "version")
 
 
-def trimmed(data: dict) -> dict:
-    """PyPI's answer cut to what the tool reads: Linux wheels and sdists, four fields each."""
+def trimmed(name: str, data: dict) -> dict:
+    """PyPI's answer cut to what the tool reads: the releases it looks at (`read_releases`),
+    their Linux wheels and sdists, four fields each (a test fixture holds what a test needs,
+    not every release since the project began)."""
+    wanted = read_releases(name, data)
     releases = {
         version: [{k: f.get(k) for k in FILE_FIELDS} for f in files or [] if _kept(f)]
         for version, files in data["releases"].items()
+        if version in wanted
     }
     info = data.get("info") or {}
     return {"info": {k: info.get(k) for k in INFO_FIELDS}, "releases": releases}
+
+
+def read_releases(name: str, data: dict) -> set[str]:
+    """The releases of project `name` (PyPI's own spelling of each) the findings read: torch's
+    newest of each series from OLDEST_SERIES on; for a recipe's package, its `checked` release
+    and the newer ones (its newest where a recipe says no `checked`)."""
+    finals = final_releases(data)
+    if name == "torch":
+        keep = {version for version, _ in newest_of_each_series(data).values()}
+    else:
+        checked = [
+            Version(r.checked) if r.checked else max(finals, default=None)
+            for r in knowledge().extensions.values()
+            if r.package == name
+        ]
+        floor = min((v for v in checked if v is not None), default=None)
+        keep = {v for v in finals if floor is not None and v >= floor}
+    return {raw for raw in data["releases"] if _version(raw) in keep}
+
+
+def _version(raw: str) -> Version | None:
+    try:
+        return Version(raw)
+    except InvalidVersion:
+        return None
 
 
 def _kept(file: object) -> bool:
@@ -487,7 +517,7 @@ def record(answers: dict[str, dict], directory: Path, lines: dict[str, Lines]) -
     for name, data in answers.items():
         path = directory / f"{name}.json"
         if not path.exists():
-            path.write_text(json.dumps(trimmed(data), indent=0, sort_keys=True) + "\n")
+            path.write_text(json.dumps(trimmed(name, data), indent=0, sort_keys=True) + "\n")
             written.append(path)
     for name, read in lines.items():
         path = directory / "cxx" / f"{name}.json"
