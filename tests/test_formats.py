@@ -1,12 +1,15 @@
-"""docs/formats.md describes every key of Facts, Plan and the report, from their models."""
+"""docs/formats.md describes every key of Facts, Plan and the report, from their models: its
+keys, their types (the step names and action kinds among them) and the step order it states."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+from steps import registry
 from steps.facts import Facts
 from steps.plan import Plan
 from steps.report import Report
@@ -61,3 +64,37 @@ def test_the_report_table_is_the_one_its_model_generates():
     report = doc[doc.index("## report") :]
     missing = [row for row in model_rows(Report) if row not in report]
     assert not missing, f"regenerate the report table of docs/formats.md: {missing}"
+
+
+SECTIONS: dict[type[BaseModel], str] = {Facts: "Facts:", Plan: "Plan:", Report: "report:"}
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split(" | ")]
+
+
+@pytest.mark.parametrize("model", [Facts, Plan, Report])
+def test_each_documented_type_is_the_models(model: type[BaseModel]):
+    """The type column says what the model accepts: the step names and the action kinds are
+    the schema's enums (the registry's order, `ActionKind`), so a new step or kind that the
+    doc does not list fails here. "(optional)" marks a key a Facts reader may lack."""
+    doc = DOC.read_text()
+    section = doc[doc.index(f"## {SECTIONS[model]}") :].split("\n## ")[0]
+    documented = {
+        _cells(line)[0]: _cells(line)[1] for line in section.splitlines() if line[:3] == "| `"
+    }
+    wrong = [
+        f"{key}: the model says {kind}, the doc {documented.get(key)}"
+        for key, kind, *_ in map(_cells, model_rows(model))
+        if documented.get(key, "").removesuffix(" (optional)") != kind
+    ]
+    assert not wrong, wrong
+
+
+def test_the_step_order_the_doc_states_is_the_registrys():
+    doc = DOC.read_text()
+    names = list(registry.step_names())
+    said = re.search(r"Steps are in the order of `steps/registry.py`: ([a-z, \n]+)", doc)
+    assert said and re.split(r",\s*", said.group(1).strip()) == names, said
+    failure = next(line for line in doc.splitlines() if line.startswith("| `failure.step` |"))
+    assert f"({', '.join(names)};" in failure, failure
