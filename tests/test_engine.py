@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from app.cli import run
+from steps import registry
 from steps.engine import ApplyLock
 from steps.events import (
     ActionFinished,
@@ -104,8 +105,8 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     third = server.mlsetup("apply", "--answers", str(server.answers))
     assert third.returncode == 0, third.stdout
     assert len(server.calls()) == calls_before
-    for step in ("driver", "toolkit", "venv", "extensions"):
-        assert f"{step:<11} ✓" in third.stdout
+    for step in registry.step_names():
+        assert f"{step:<{registry.label_width()}} ✓" in third.stdout
     assert server.report()["changed"] is False and server.report()["ran"] == []
 
 
@@ -604,7 +605,7 @@ def test_the_engine_logs_its_decisions_root_only_in_the_runs_log_directory(serve
         at = found
     second = second_run.read_text()
     assert "new run: run " in second and " is done" in second
-    for step in ("driver", "toolkit", "venv", "extensions"):
+    for step in registry.step_names():
         assert f"mlsetup.engine INFO {step}: satisfied: " in second
     assert "started:" not in second  # nothing ran, and the log says why for each step
     # and where its time went (issue 24: a second apply under 1.5 s)
