@@ -24,6 +24,56 @@ STATE = Path(CONFIG["state"])
 NAME = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]
 DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
+# The GPU daemons' packages (NVIDIA's CUDA repo): their systemd unit and executable. Installed,
+# each is in dpkg's status at the version of the driver package (the branch pin moves both);
+# with machine.json's "systemd_units" (a real systemd reads the fake root's
+# /etc/systemd/system) its unit and a stand-in daemon are installed too, as the package would.
+DAEMON_PACKAGES = {
+    "nvidia-fabricmanager": ("nvidia-fabricmanager", "nv-fabricmanager"),
+    "nvidia-persistenced": ("nvidia-persistenced", "nvidia-persistenced"),
+}
+DAEMON_UNIT = """[Unit]
+Description=stand-in {package} {version} (mlsetup tests)
+
+[Service]
+Type=forking
+ExecStart={executable}
+
+[Install]
+WantedBy=multi-user.target
+"""
+# A daemon as its package's unit runs it (Type=forking: the parent returns once it runs).
+# Fabric Manager first checks the loaded driver and aborts at another version, with its own
+# line (assets/diagnoses.toml, fabric-manager-version). The daemon runs as its executable's
+# name (/proc/PID/cmdline) and shows itself in the fake root's /proc, a link to its real entry
+# (gone with it), where mlsetup's probe looks.
+DAEMON = """#!{python}
+import os, re, sys
+
+ROOT, PACKAGE, VERSION, NAME = {root!r}, {package!r}, {version!r}, {name!r}
+print(f"{{NAME}} {{PACKAGE}} version {{VERSION}}", flush=True)
+if PACKAGE == "nvidia-fabricmanager":
+    try:
+        with open(f"{{ROOT}}/proc/driver/nvidia/version") as f:
+            loaded = re.search(r"  ([0-9][0-9.]+)  ", f.read()).group(1)
+    except (OSError, AttributeError):
+        loaded = "none"
+    if loaded != VERSION:
+        print(
+            f"fabric manager NVIDIA GPU driver interface version {{VERSION}} don't match with "
+            f"driver version {{loaded}}. Please update with matching NVIDIA driver package.",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+if os.fork():
+    sys.exit(0)
+os.setsid()
+link = f"{{ROOT}}/proc/{{os.getpid()}}"
+if os.path.lexists(link):
+    os.unlink(link)
+os.symlink(f"/proc/{{os.getpid()}}", link)
+os.execv("/bin/sleep", [NAME, "infinity"])
+"""
 
 
 def at(target: str) -> Path:
@@ -94,6 +144,8 @@ def apt_get() -> int:
                 "version": DRIVER_VERSIONS[m.get("pinned", "580")],
                 "open": pkg == "nvidia-open",
             }
+        elif pkg in DAEMON_PACKAGES:
+            install_daemon(m, pkg)
         elif pkg.startswith("linux-headers-"):
             at(f"/usr/src/{pkg}").mkdir(parents=True, exist_ok=True)
         elif pkg == "curl" and not (BIN / "curl").exists():
@@ -101,6 +153,41 @@ def apt_get() -> int:
         m.setdefault("installed", []).append(pkg)
     save_machine(m)
     return 0
+
+
+def install_daemon(m: dict, package: str) -> None:
+    version = m["driver"]["version"] if m.get("driver") else DRIVER_VERSIONS[m.get("pinned", "580")]
+    dpkg_status(package, version)
+    if not m.get("systemd_units"):
+        return
+    unit, name = DAEMON_PACKAGES[package]
+    executable = at(f"/usr/bin/{name}")
+    executable.parent.mkdir(parents=True, exist_ok=True)
+    executable.write_text(
+        DAEMON.format(
+            python=sys.executable, root=str(ROOT), package=package, version=version, name=name
+        )
+    )
+    executable.chmod(0o755)
+    unit_file = at(f"/etc/systemd/system/{unit}.service")
+    unit_file.parent.mkdir(parents=True, exist_ok=True)
+    unit_file.write_text(
+        DAEMON_UNIT.format(package=package, version=version, executable=executable)
+    )
+    subprocess.run(["systemctl", "daemon-reload"], check=True)  # as the package's postinst
+
+
+def dpkg_status(package: str, version: str) -> None:
+    """The package installed at `version` in dpkg's status file (replacing an older one)."""
+    status = at("/var/lib/dpkg/status")
+    status.parent.mkdir(parents=True, exist_ok=True)
+    text = status.read_text() if status.exists() else ""
+    kept = [p for p in text.split("\n\n") if p.strip() and f"Package: {package}\n" not in p + "\n"]
+    kept.append(
+        f"Package: {package}\nStatus: install ok installed\nArchitecture: amd64\n"
+        f"Version: {version}-1\nDescription: {package} (stand-in)"
+    )
+    status.write_text("\n\n".join(kept) + "\n\n")
 
 
 def reboot() -> int:
