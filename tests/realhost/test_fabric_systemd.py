@@ -11,13 +11,12 @@ lands in the fake root too.
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 
 import pytest
 
 from steps.events import ActionFinished, ActionStarted, Event, StepSatisfied, StepStarted
-from tests.harness import FakeServer
+from tests.harness import FakeServer, wait_for
 from tests.realhost.container import Container
 from tests.realhost.hosts import (
     CONTAINER_PYTHON_VERSION,
@@ -98,14 +97,9 @@ def journal(host: Container, unit: str) -> str:
     return host.ssh(f"journalctl -b -o cat --no-pager -u {unit}").stdout
 
 
-def wait_until_logged(host: Container, unit: str, words: str) -> str:
-    """The unit's journal once it holds `words` (journald writes it a moment after)."""
-    for _ in range(100):
-        text = journal(host, unit)
-        if words in text:
-            return text
-        time.sleep(0.2)
-    return journal(host, unit)
+def logged(host: Container, unit: str, words: str) -> None:
+    """Waits until the unit's journal holds `words` (journald writes it a moment after)."""
+    wait_for(lambda: words in journal(host, unit), timeout=60)
 
 
 def test_fabric_manager_runs_under_systemd_before_the_smoke_test_and_follows_the_driver(
@@ -146,7 +140,7 @@ def test_fabric_manager_runs_under_systemd_before_the_smoke_test_and_follows_the
         assert systemctl(host, "is-enabled", unit) == "enabled"
     pid = systemctl(host, "show", "-P", "MainPID", FM_UNIT)
     assert host.ssh(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout.split()[0] == "nv-fabricmanager"
-    assert f"nvidia-fabricmanager version {DRIVER}" in journal(host, FM_UNIT)
+    logged(host, FM_UNIT, f"nvidia-fabricmanager version {DRIVER}")
 
     # a second apply finds every step satisfied: nothing runs
     mlsetup(host, fake, "apply", "--answers", answers)
@@ -165,7 +159,7 @@ def test_fabric_manager_runs_under_systemd_before_the_smoke_test_and_follows_the
         f"fabric manager NVIDIA GPU driver interface version {DRIVER} don't match with "
         f"driver version {UPGRADED}"
     )
-    assert refused in wait_until_logged(host, FM_UNIT, refused)
+    logged(host, FM_UNIT, refused)
     assert systemctl(host, "is-active", FM_UNIT) in ("failed", "inactive")
     # mlsetup sees it: the plan says why, and the commands that mend it
     plan = mlsetup(host, fake, "plan", "--answers", answers)
@@ -177,4 +171,4 @@ def test_fabric_manager_runs_under_systemd_before_the_smoke_test_and_follows_the
     ran = [e.action for e in fake.events() if isinstance(e, ActionFinished)]
     assert "fabric.install" in ran and "fabric.start-nvidia-fabricmanager" in ran, ran
     assert systemctl(host, "is-active", FM_UNIT) == "active"
-    assert f"nvidia-fabricmanager version {UPGRADED}" in journal(host, FM_UNIT)
+    logged(host, FM_UNIT, f"nvidia-fabricmanager version {UPGRADED}")
