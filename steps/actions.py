@@ -67,6 +67,7 @@ class ActionRunner:
         result = self._execute(step, action, log_path, record, execute or self._plain)
         self._record_end(step, action, record, result)
         if result.exit_code != 0:
+            tail = result.tail + self._unit_journal(step, action)
             self.run.fail(
                 Fault(
                     step,
@@ -75,9 +76,9 @@ class ActionRunner:
                     exit_code=result.exit_code,
                     log=log_path,
                     diagnosis=diagnose(
-                        result.tail, result.exit_code, str(log_path), self.run.req.answers_path
+                        tail, result.exit_code, str(log_path), self.run.req.answers_path
                     ),
-                    tail=result.tail,
+                    tail=tail,
                 )
             )
         self.run.outcome.changed |= registry.changes_machine(step)  # a check changes nothing
@@ -97,6 +98,22 @@ class ActionRunner:
             return None
         self._finished(step, action, "done" if result.exit_code == 0 else "failed", result)
         return result
+
+    def _unit_journal(self, step: str, action: Action) -> list[str]:
+        """A daemon that fails to start says why in its journal, not to systemctl ("Job for
+        X.service failed"): its last lines of this boot join the output the diagnosis reads
+        (Fabric Manager's version mismatch is one). Nothing for any other action."""
+        if action.kind != "service" or action.argv[:2] != ["systemctl", "restart"]:
+            return []
+        unit = action.argv[-1]
+        journal = Action(
+            id=f"{action.id}.journal",
+            kind="check",
+            title=f"Read why {unit} did not start (its journal)",
+            argv=["journalctl", "--no-pager", "-o", "cat", "-b", "-n", "20", "-u", unit],
+        )
+        result = self.command(step, journal)
+        return result.tail if result is not None else []
 
     def secrets(self, action: Action) -> dict[str, str]:
         """What an action needs that the plan must not show: the torch index's credentials

@@ -35,6 +35,7 @@ STANDINS = (
     "reboot",
     "nvcc",
     "systemd-run",
+    "journalctl",
 )
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER_UID = 1000

@@ -25,7 +25,8 @@ NAME = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]
 DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
 # The GPU daemons' packages (NVIDIA's CUDA repo): their systemd unit and executable. Installed,
-# each is in dpkg's status at the version of the driver package (the branch pin moves both);
+# each is in dpkg's status at the version of the driver package (the branch pin moves both;
+# machine.json's "repository": {package: version} plays a repository that lags the driver);
 # with machine.json's "systemd_units" (a real systemd reads the fake root's
 # /etc/systemd/system) its unit and a stand-in daemon are installed too, as the package would.
 DAEMON_PACKAGES = {
@@ -156,7 +157,10 @@ def apt_get() -> int:
 
 
 def install_daemon(m: dict, package: str) -> None:
-    version = m["driver"]["version"] if m.get("driver") else DRIVER_VERSIONS[m.get("pinned", "580")]
+    """The version the pin gives, or the one machine.json's "repository" holds (it lags)."""
+    version = m.get("repository", {}).get(package) or (
+        m["driver"]["version"] if m.get("driver") else DRIVER_VERSIONS[m.get("pinned", "580")]
+    )
     dpkg_status(package, version)
     if not m.get("systemd_units"):
         return
@@ -303,7 +307,7 @@ def main() -> int:
         else:
             print("NVIDIA-SMI " + version.read_text().split()[-3])
             code = 0
-    else:  # update-initramfs, nvcc and the like: recorded, nothing to change
+    else:  # update-initramfs, nvcc, journalctl and the like: recorded, nothing to change
         code = 0
     log("end", exit=code)
     return code

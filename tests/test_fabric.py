@@ -22,6 +22,7 @@ from steps.probe import probe
 from steps.rootfs import RootFS
 from tests.common import FIXTURES, MACHINES
 from tests.fakemachine import FakeMachine
+from tests.harness import FakeServer
 
 CASES = sorted((FIXTURES / "fabric").glob("*.json"))
 HGX_H100 = MACHINES / "fresh-h100x8-ubuntu2204.json"
@@ -157,3 +158,34 @@ def test_the_probe_reads_the_daemons_package_and_process(machine: FakeMachine):
 
 def test_without_a_package_database_the_daemons_are_unknown(machine: FakeMachine):
     assert probe(RootFS(machine.root), env={}).facts.daemons is None
+
+
+def test_fabric_managers_refusal_in_its_journal_is_diagnosed(server: FakeServer):
+    """Fabric Manager at another version than the loaded driver aborts, and says so only in its
+    journal (systemctl says "Job ... failed"): a failed start reads the unit's journal, so the
+    failure names the mismatch and what mends it."""
+    server.machine.driver_loaded("580.105.08")
+    hgx(server.machine, "0x2335", 0, 4)  # the harness's H200 and 4 NVSwitches
+    server.machine.dpkg_installed("base-files", "12.4+deb12u8")
+    refused = (
+        "fabric manager NVIDIA GPU driver interface version 580.95.05 don't match with driver "
+        "version 580.105.08. Please update with matching NVIDIA driver package."
+    )
+    server.script(
+        {
+            "systemctl restart nvidia-fabricmanager": {
+                "exit": 1,
+                "output": "Job for nvidia-fabricmanager.service failed because the control "
+                "process exited with error code.",
+            },
+            "journalctl nvidia-fabricmanager": {"exit": 0, "output": refused},
+        }
+    )
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 1, run.stdout + run.stderr
+    failure = server.report()["failure"]
+    assert failure["action"] == "fabric.start-nvidia-fabricmanager"
+    assert failure["diagnosis"] == "fabric-manager-version", failure
+    assert refused in failure["last_output"]
+    assert "Fabric Manager 580.95.05 refuses to run with the loaded driver 580.105.08" in run.stdout
+    assert "systemctl restart nvidia-fabricmanager" in failure["next"]

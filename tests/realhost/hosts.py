@@ -17,7 +17,7 @@ from tests.realhost.container import SSH_OPTIONS, Container
 CONTAINER_PYTHON = "/usr/bin/python3"
 CONTAINER_PYTHON_VERSION = "3.11"
 # Stand-ins the real hosts do not get: there the real systemd runs the units.
-REAL_IN_CONTAINER = ("systemctl", "systemd-run")
+REAL_IN_CONTAINER = ("systemctl", "systemd-run", "journalctl")
 # What the fixture adds to the suite, printed at its end (conftest.pytest_terminal_summary).
 TIMINGS: dict[str, float] = {}
 

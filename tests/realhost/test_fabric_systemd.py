@@ -166,9 +166,21 @@ def test_fabric_manager_runs_under_systemd_before_the_smoke_test_and_follows_the
     assert f"NVIDIA Fabric Manager is at {DRIVER}, not the driver's {UPGRADED}" in plan, plan
     assert "[fabric.install] Install nvidia-fabricmanager of driver branch 580" in plan, plan
     assert "$ systemctl restart nvidia-fabricmanager" in plan, plan
-    # and that command installs Fabric Manager at the new driver's version and starts it
-    mlsetup(host, fake, "apply", "--answers", answers)
-    ran = [e.action for e in fake.events() if isinstance(e, ActionFinished)]
-    assert "fabric.install" in ran and "fabric.start-nvidia-fabricmanager" in ran, ran
+    # applied while NVIDIA's repository still has only the old Fabric Manager: it is installed
+    # again, refuses to start, and the failure reads why from its journal
+    fake.set_machine(repository={"nvidia-fabricmanager": DRIVER})
+    failed = mlsetup(host, fake, "apply", "--answers", answers, code=1)
+    failure = fake.report()["failure"]
+    assert failure["action"] == "fabric.start-nvidia-fabricmanager", failure
+    assert failure["diagnosis"] == "fabric-manager-version", failure
+    assert refused in "\n".join(failure["last_output"])
+    assert f"Fabric Manager {DRIVER} refuses to run with the loaded driver {UPGRADED}" in failed
+    assert "sudo systemctl restart nvidia-fabricmanager" in failure["next"]
+    # the repository catches up; the operator does what the diagnosis says, and resumes
+    fake.set_machine(repository={})
+    host.ssh(
+        f"{fake.bin}/apt-get install -y --no-remove nvidia-fabricmanager", env=container_env(fake)
+    )
+    mlsetup(host, fake, "apply", "--resume")
     assert systemctl(host, "is-active", FM_UNIT) == "active"
     logged(host, FM_UNIT, f"nvidia-fabricmanager version {UPGRADED}")
