@@ -12,6 +12,7 @@ with its exit code and seconds (the real-host line of the summary).
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
@@ -41,7 +42,13 @@ def run(host: Container, command: str, user: str | None = None, timeout: float =
         f"su - {user} -c {shlex.quote(command)}" if user else f"bash -lc {shlex.quote(command)}"
     )
     done = host.ssh(wrapped, timeout=timeout, check=False)
-    TIMINGS[f"{user or 'root'}# {command} (exit {done.returncode})"] = time.monotonic() - t0
+    who = user or "root"
+    TIMINGS[f"{who}# {command} (exit {done.returncode})"] = time.monotonic() - t0
+    # where a run.sh's minutes went: each static check's and pytest's own figures
+    for name, seconds in re.findall(r"^checks\.sh: (\S+) \w+ \(([0-9.]+) s\)$", done.stdout, re.M):
+        TIMINGS[f"{who}: checks.sh {name}"] = float(seconds)
+    for seconds in re.findall(r"^=+ .* in ([0-9.]+)s", done.stdout, re.M):
+        TIMINGS[f"{who}: pytest"] = float(seconds)
     return done
 
 
