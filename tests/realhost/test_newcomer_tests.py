@@ -47,7 +47,7 @@ def run(host: Container, command: str, user: str | None = None, timeout: float =
     # where a run.sh's minutes went: each static check's and pytest's own figures
     for name, seconds in re.findall(r"^checks\.sh: (\S+) \w+ \(([0-9.]+) s\)$", done.stdout, re.M):
         TIMINGS[f"{who}: checks.sh {name}"] = float(seconds)
-    for seconds in re.findall(r"^=+ .* in ([0-9.]+)s", done.stdout, re.M):
+    for seconds in re.findall(r"^=* ?\d+ passed.* in ([0-9.]+)s", done.stdout, re.M):
         TIMINGS[f"{who}: pytest"] = float(seconds)
     return done
 
