@@ -30,8 +30,10 @@ from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.safefs import Untrusted, open_append, open_trusted_dir
-from steps.stack.index import withhold_credentials
+from steps.settings import ACCOUNT_TIMEOUT, settings_from
+from steps.stack.index import is_proxy, withhold_credentials
 from steps.stack.uvconfig import uv_environment
+from steps.units import duration
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings
@@ -64,10 +66,12 @@ POLL_S = 0.1  # how often the main process is looked at while its output is quie
 LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
 READ_CHUNK = 64 * 1024
 # Root does not wait without end on a process another account controls: one it keeps stopped
-# (SIGSTOP, or held under a debugger) this long is ended, and a resolution it runs may take
-# this long at most (PyTorch's index and a full resolution take minutes).
+# (SIGSTOP, or held under a debugger) this long is ended, and every command it runs may take
+# MLSETUP_ACCOUNT_TIMEOUT at most (steps.settings), a resolution an hour at most (PyTorch's
+# index and a full resolution take minutes).
 STOPPED_LIMIT_S = 10.0
 RESOLVE_LIMIT_S = 3600.0
+_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def _pick(
@@ -136,36 +140,58 @@ class Result:
     exit_code: int
     elapsed: float
     tail: list[str]  # the last lines of output, for the diagnosis and the report
-    ended: str | None = None  # why mlsetup ended it ("was stopped (SIGSTOP) for 10 s")
+    ended: str | None = None  # why mlsetup ended it ("ran past its limit of 1h00m (...)")
 
 
 class _Watch:
-    """A process of another account's, looked at while it runs: `overdue` says why it must
-    be ended (stopped for STOPPED_LIMIT_S, or past `limit` seconds), else None."""
+    """A command of another account's, looked at while it runs: `overdue` says why it must be
+    ended (past `limit` seconds; its process, or with `tree` any process under it, kept
+    stopped for STOPPED_LIMIT_S), else None. A build's tree is not looked at: its governor
+    stops compile jobs itself (steps.throttle) for as long as memory is short."""
 
-    def __init__(self, pid: int, limit: float | None) -> None:
+    def __init__(self, pid: int, limit: float, tree: bool) -> None:
         self.pid = pid
         self.limit = limit
+        self.tree = tree
         self.start = time.monotonic()
-        self.stopped_at: float | None = None
+        self.stopped_since: dict[int, float] = {}
 
     def overdue(self) -> str | None:
         now = time.monotonic()
-        if self.limit is not None and now - self.start >= self.limit:
-            return f"ran past its limit of {self.limit:.0f} s"
+        if now - self.start >= self.limit:
+            return f"ran past its limit of {duration(self.limit)} ({ACCOUNT_TIMEOUT})"
+        stopped = self._stopped()
+        self.stopped_since = {pid: self.stopped_since.get(pid, now) for pid in stopped}
+        held = [pid for pid, since in self.stopped_since.items() if now - since >= STOPPED_LIMIT_S]
+        if not held:
+            return None
+        how = f"kept stopped (SIGSTOP or a debugger) for {STOPPED_LIMIT_S:.0f} s"
+        if self.pid in held:
+            return f"was {how}"
+        return f"waited on its process {held[0]} ({stopped[held[0]]}), {how}"
+
+    def end(self) -> None:
+        """SIGKILL it and what it started (stopped or not): not waited for here, as the runner
+        still reaps its process and reads its exit status."""
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(self.pid)
+            for proc in [*top.children(recursive=True), top]:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+
+    def _stopped(self) -> dict[int, str]:
+        """The stopped processes looked at, and their names."""
         try:
-            with open(f"/proc/{self.pid}/stat", "rb") as stat_file:
-                state = stat_file.read(4096).rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            return None
-        if state not in (b"T", b"t"):
-            self.stopped_at = None
-            return None
-        if self.stopped_at is None:
-            self.stopped_at = now
-        if now - self.stopped_at >= STOPPED_LIMIT_S:
-            return f"was kept stopped (SIGSTOP or a debugger) for {STOPPED_LIMIT_S:.0f} s"
-        return None
+            top = psutil.Process(self.pid)
+            procs = [top, *(top.children(recursive=True) if self.tree else [])]
+        except psutil.Error:
+            return {}
+        out: dict[int, str] = {}
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                if proc.status() in _STOPPED:
+                    out[proc.pid] = proc.name()
+        return out
 
 
 class RunnerError(Exception):
@@ -185,6 +211,7 @@ class Runner:
         environ = os.environ if environ is None else environ
         self.base_path, dropped = trusted_path(base_path or environ.get("PATH", SYSTEM_PATH))
         self.passthrough = passthrough_environment(environ)
+        self.account_limit = settings_from(environ).account_timeout
         self._withheld_said: set[tuple[str, tuple[str, ...]]] = set()
         # said with the first command run, once the engine's event stream is open
         self._path_notice = (
@@ -222,22 +249,35 @@ class Runner:
     def _without_roots_credentials(
         self, env: dict[str, str], action: Action, account: Account
     ) -> dict[str, str]:
-        """The index credentials of root's environment and its root-only settings are root's:
-        never given to another account, which can read its own processes' environment. Said
-        once for each account and the variables it went without."""
+        """The index and proxy credentials of root's environment and its root-only settings are
+        root's: never given to another account, which can read its own processes' environment.
+        Said once for each account and the variables it went without."""
         env, withheld = withhold_credentials(env)
         said = (account.name, tuple(withheld))
-        if withheld and said not in self._withheld_said:
-            self._withheld_said.add(said)
-            self.sink(
-                Notice(
-                    text=f"{action.id} runs as {account.name} without root's index credentials "
-                    f"({', '.join(withheld)}: left out, or the user:password taken out of their "
-                    f"URLs): {account.name} can read what its processes are given. Where the "
-                    f"index needs them, give {account.name} its own (its ~/.netrc), or put "
-                    "them in torch.index_url of the answers for that account to use"
-                )
+        if not withheld or said in self._withheld_said:
+            return env
+        self._withheld_said.add(said)
+        who = account.name
+        proxies = [name for name in withheld if is_proxy(name)]
+        kinds = [kind for kind, has in (("index", proxies != withheld), ("proxy", proxies)) if has]
+        advice = []
+        if proxies != withheld:
+            advice.append(
+                f"Where the index needs them, give {who} its own (its ~/.netrc), or put them "
+                "in torch.index_url of the answers for that account to use."
             )
+        if proxies:
+            advice.append(
+                "Where the proxy needs them, let this server through it without a password, "
+                'or give the venv to root (venv.user = "root").'
+            )
+        self.sink(
+            Notice(
+                text=f"{action.id} runs as {who} without root's {' and '.join(kinds)} "
+                f"credentials ({', '.join(withheld)}: left out, or the user:password taken out "
+                f"of their URLs): {who} can read what its processes are given. " + " ".join(advice)
+            )
+        )
         return env
 
     def run(
@@ -301,8 +341,7 @@ class Runner:
                 ) from None
             if on_start:
                 on_start(proc.pid)
-            limit = RESOLVE_LIMIT_S if action.kind == "resolve" else None
-            watch = _Watch(proc.pid, limit) if account is not None else None
+            watch = self._watch(action, proc.pid) if account is not None else None
             ended: list[str] = []
 
             def line(raw: bytes) -> None:
@@ -316,7 +355,7 @@ class Runner:
                 # another account's process holds root up: not for ever
                 if not main_ended and watch is not None and not ended and (why := watch.overdue()):
                     ended.append(why)
-                    proc.kill()
+                    watch.end()
                 if leftovers is None:
                     return
                 if main_ended:
@@ -346,6 +385,12 @@ class Runner:
                 log.write(f"{said}\n".encode())
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
         return Result(exit_code, time.monotonic() - start, list(tail), ended[0] if ended else None)
+
+    def _watch(self, action: Action, pid: int) -> _Watch:
+        limit = self.account_limit
+        if action.kind == "resolve":
+            limit = min(limit, RESOLVE_LIMIT_S)
+        return _Watch(pid, limit, tree=action.kind != "build")
 
     def _end(
         self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str
