@@ -24,6 +24,7 @@ from typing import BinaryIO
 import psutil
 
 from steps.accounts import Account, lookup_account
+from steps.asaccount import AccountWatch
 from steps.events import EventSink, Notice, Output
 from steps.leftovers import Leftovers
 from steps.outputlines import LineCutter
@@ -33,7 +34,6 @@ from steps.safefs import Untrusted, open_append, open_trusted_dir
 from steps.settings import ACCOUNT_TIMEOUT, settings_from
 from steps.stack.index import is_proxy, withhold_credentials
 from steps.stack.uvconfig import uv_environment
-from steps.units import duration
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Passed from mlsetup's own environment to every command: proxies and package-index settings
@@ -65,13 +65,9 @@ DRAIN_S = 1.0
 POLL_S = 0.1  # how often the main process is looked at while its output is quiet
 LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
 READ_CHUNK = 64 * 1024
-# Root does not wait without end on a process another account controls: one it keeps stopped
-# (SIGSTOP, or held under a debugger) this long is ended, and every command it runs may take
-# MLSETUP_ACCOUNT_TIMEOUT at most (steps.settings), a resolution an hour at most (PyTorch's
-# index and a full resolution take minutes).
-STOPPED_LIMIT_S = 10.0
+# A resolution run as another account may take this long at most, below the bound on all of its
+# commands (steps.asaccount): PyTorch's index and a full resolution take minutes.
 RESOLVE_LIMIT_S = 3600.0
-_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def _pick(
@@ -141,57 +137,6 @@ class Result:
     elapsed: float
     tail: list[str]  # the last lines of output, for the diagnosis and the report
     ended: str | None = None  # why mlsetup ended it ("ran past its limit of 1h00m (...)")
-
-
-class _Watch:
-    """A command of another account's, looked at while it runs: `overdue` says why it must be
-    ended (past `limit` seconds; its process, or with `tree` any process under it, kept
-    stopped for STOPPED_LIMIT_S), else None. A build's tree is not looked at: its governor
-    stops compile jobs itself (steps.throttle) for as long as memory is short."""
-
-    def __init__(self, pid: int, limit: float, tree: bool) -> None:
-        self.pid = pid
-        self.limit = limit
-        self.tree = tree
-        self.start = time.monotonic()
-        self.stopped_since: dict[int, float] = {}
-
-    def overdue(self) -> str | None:
-        now = time.monotonic()
-        if now - self.start >= self.limit:
-            return f"ran past its limit of {duration(self.limit)} ({ACCOUNT_TIMEOUT})"
-        stopped = self._stopped()
-        self.stopped_since = {pid: self.stopped_since.get(pid, now) for pid in stopped}
-        held = [pid for pid, since in self.stopped_since.items() if now - since >= STOPPED_LIMIT_S]
-        if not held:
-            return None
-        how = f"kept stopped (SIGSTOP or a debugger) for {STOPPED_LIMIT_S:.0f} s"
-        if self.pid in held:
-            return f"was {how}"
-        return f"waited on its process {held[0]} ({stopped[held[0]]}), {how}"
-
-    def end(self) -> None:
-        """SIGKILL it and what it started (stopped or not): not waited for here, as the runner
-        still reaps its process and reads its exit status."""
-        with contextlib.suppress(psutil.Error):
-            top = psutil.Process(self.pid)
-            for proc in [*top.children(recursive=True), top]:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-
-    def _stopped(self) -> dict[int, str]:
-        """The stopped processes looked at, and their names."""
-        try:
-            top = psutil.Process(self.pid)
-            procs = [top, *(top.children(recursive=True) if self.tree else [])]
-        except psutil.Error:
-            return {}
-        out: dict[int, str] = {}
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                if proc.status() in _STOPPED:
-                    out[proc.pid] = proc.name()
-        return out
 
 
 class RunnerError(Exception):
@@ -386,11 +331,11 @@ class Runner:
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
         return Result(exit_code, time.monotonic() - start, list(tail), ended[0] if ended else None)
 
-    def _watch(self, action: Action, pid: int) -> _Watch:
-        limit = self.account_limit
-        if action.kind == "resolve":
-            limit = min(limit, RESOLVE_LIMIT_S)
-        return _Watch(pid, limit, tree=action.kind != "build")
+    def _watch(self, action: Action, pid: int) -> AccountWatch:
+        tree = action.kind != "build"
+        if action.kind == "resolve" and self.account_limit > RESOLVE_LIMIT_S:
+            return AccountWatch(pid, RESOLVE_LIMIT_S, tree)
+        return AccountWatch(pid, self.account_limit, tree, set_by=ACCOUNT_TIMEOUT)
 
     def _end(
         self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str
