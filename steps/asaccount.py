@@ -42,7 +42,7 @@ class AccountWatch:
         now = time.monotonic()
         if now - self.start >= self.limit:
             by = f" ({self.set_by})" if self.set_by else ""
-            return f"ran past its limit of {duration(self.limit)}{by}"
+            return f"ran past its limit of {duration(self.limit)}{by}{self._waiting_on()}"
         stopped = self._stopped()
         self.stopped_since = {pid: self.stopped_since.get(pid, now) for pid in stopped}
         held = [pid for pid, since in self.stopped_since.items() if now - since >= STOPPED_LIMIT_S]
@@ -61,6 +61,17 @@ class AccountWatch:
             for proc in [*top.children(recursive=True), top]:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
+
+    def _waiting_on(self) -> str:
+        """The process under it started last (what it waits on, as a rule), for the message."""
+        if not self.tree:
+            return ""
+        try:
+            under = psutil.Process(self.pid).children(recursive=True)
+            last = max(under, key=lambda p: p.create_time()) if under else None
+            return f", waiting on its process {last.pid} ({last.name()})" if last else ""
+        except psutil.Error:
+            return ""
 
     def _stopped(self) -> dict[int, str]:
         """The stopped processes looked at, and their names."""

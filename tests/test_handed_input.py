@@ -245,7 +245,8 @@ HOLD_UPS = {
     # the bound from the settings, small: the sync sleeps far past it
     "sync-sleeps": (
         {"MLSETUP_ACCOUNT_TIMEOUT": "20"},
-        "ran past its limit of 20.0s (MLSETUP_ACCOUNT_TIMEOUT)",
+        "ran past its limit of 20.0s (MLSETUP_ACCOUNT_TIMEOUT), waiting on its process {pid} "
+        "(sleep)",
     ),
 }
 
