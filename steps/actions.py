@@ -17,7 +17,7 @@ import psutil
 from steps import registry
 from steps.applyrun import NO_SPACE, ApplyRun, Fault, naming
 from steps.apt import dpkg_interrupted, uses_dpkg, wait_for_dpkg
-from steps.diagnose import Diagnosis, diagnose
+from steps.diagnose import Diagnosis, diagnose, held_up
 from steps.events import ActionFinished, ActionStarted, Notice, Waiting
 from steps.nextcommands import RESUME_COMMAND
 from steps.orphans import end_process_tree
@@ -75,15 +75,21 @@ class ActionRunner:
                     action=action,
                     exit_code=result.exit_code,
                     log=log_path,
-                    diagnosis=diagnose(
-                        tail, result.exit_code, str(log_path), self.run.req.answers_path
-                    ),
+                    diagnosis=self._diagnosis(action, result, tail, log_path),
                     tail=tail,
                 )
             )
         self.run.outcome.changed |= registry.changes_machine(step)  # a check changes nothing
         self.run.outcome.ran.append(action.id)
         return result
+
+    def _diagnosis(
+        self, action: Action, result: Result, tail: list[str], log_path: Path
+    ) -> Diagnosis | None:
+        """`tail`: the output's last lines and, for a daemon's start, its unit's journal."""
+        if result.ended:  # mlsetup ended it (another account held it up), not its own failure
+            return held_up(action.id, action.user or "root", result.ended)
+        return diagnose(tail, result.exit_code, str(log_path), self.run.req.answers_path)
 
     def command(self, step: str, action: Action) -> Result | None:
         """An engine housekeeping command (not part of the plan), logged and reported like any

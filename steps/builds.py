@@ -226,7 +226,8 @@ class ExtensionBuilds:
             governor = self._governor(action, ceiling)
             result = self._governed(action, log_path, started, governor, tools)
             diagnosis = diagnose(result.tail, result.exit_code, str(log_path))
-            oom = diagnosis is not None and diagnosis.id == "out-of-memory"
+            # SIGKILLed by mlsetup (held up, past its limit) reads as 137 too: not memory
+            oom = diagnosis is not None and diagnosis.id == "out-of-memory" and not result.ended
             if result.exit_code == 0 or not oom or attempt > OOM_RETRIES:
                 return result
             peak = governor.summary().peak_jobs

@@ -102,6 +102,17 @@ def failed_url(lines: list[str], argv: list[str] | None = None) -> str | None:
     return urls[0] if len(urls) == 1 else None
 
 
+def held_up(what: str, who: str, ended: str) -> Diagnosis:
+    """The "held-up" diagnosis: `what`, run as `who`, was ended by mlsetup (steps.runner) because
+    it `ended` ("was kept stopped (SIGSTOP or a debugger) for 10 s", "ran past its limit ...")."""
+    return Diagnosis(
+        "held-up",
+        f"{what}, run as {who}, {ended}; root does not wait without end on a process another "
+        "account controls.",
+        f"See what runs as {who}: ps -u {who} -o pid,stat,args; then: {RESUME_COMMAND}",
+    )
+
+
 def read_only(path: str, then: str) -> Diagnosis:
     """The "read-only" diagnosis for a write of mlsetup's own that found the file system holding
     `path` mounted read-only (EROFS: remounted after an error, or an image's). `then`: the

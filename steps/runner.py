@@ -24,13 +24,15 @@ from typing import BinaryIO
 import psutil
 
 from steps.accounts import Account, lookup_account
+from steps.asaccount import AccountWatch
 from steps.events import EventSink, Notice, Output
 from steps.leftovers import Leftovers
 from steps.outputlines import LineCutter
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.safefs import Untrusted, open_append, open_trusted_dir
-from steps.stack.index import withhold_credentials
+from steps.settings import ACCOUNT_TIMEOUT, settings_from
+from steps.stack.index import is_proxy, withhold_credentials
 from steps.stack.uvconfig import uv_environment
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,10 +65,8 @@ DRAIN_S = 1.0
 POLL_S = 0.1  # how often the main process is looked at while its output is quiet
 LEFTOVERS_EVERY_S = 1.0  # how often a build is looked at for what holds its output
 READ_CHUNK = 64 * 1024
-# Root does not wait without end on a process another account controls: one it keeps stopped
-# (SIGSTOP, or held under a debugger) this long is ended, and a resolution it runs may take
-# this long at most (PyTorch's index and a full resolution take minutes).
-STOPPED_LIMIT_S = 10.0
+# A resolution run as another account may take this long at most, below the bound on all of its
+# commands (steps.asaccount): PyTorch's index and a full resolution take minutes.
 RESOLVE_LIMIT_S = 3600.0
 
 
@@ -136,36 +136,7 @@ class Result:
     exit_code: int
     elapsed: float
     tail: list[str]  # the last lines of output, for the diagnosis and the report
-    ended: str | None = None  # why mlsetup ended it ("was stopped (SIGSTOP) for 10 s")
-
-
-class _Watch:
-    """A process of another account's, looked at while it runs: `overdue` says why it must
-    be ended (stopped for STOPPED_LIMIT_S, or past `limit` seconds), else None."""
-
-    def __init__(self, pid: int, limit: float | None) -> None:
-        self.pid = pid
-        self.limit = limit
-        self.start = time.monotonic()
-        self.stopped_at: float | None = None
-
-    def overdue(self) -> str | None:
-        now = time.monotonic()
-        if self.limit is not None and now - self.start >= self.limit:
-            return f"ran past its limit of {self.limit:.0f} s"
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as stat_file:
-                state = stat_file.read(4096).rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            return None
-        if state not in (b"T", b"t"):
-            self.stopped_at = None
-            return None
-        if self.stopped_at is None:
-            self.stopped_at = now
-        if now - self.stopped_at >= STOPPED_LIMIT_S:
-            return f"was kept stopped (SIGSTOP or a debugger) for {STOPPED_LIMIT_S:.0f} s"
-        return None
+    ended: str | None = None  # why mlsetup ended it ("ran past its limit of 1h00m (...)")
 
 
 class RunnerError(Exception):
@@ -185,6 +156,7 @@ class Runner:
         environ = os.environ if environ is None else environ
         self.base_path, dropped = trusted_path(base_path or environ.get("PATH", SYSTEM_PATH))
         self.passthrough = passthrough_environment(environ)
+        self.account_limit = settings_from(environ).account_timeout
         self._withheld_said: set[tuple[str, tuple[str, ...]]] = set()
         # said with the first command run, once the engine's event stream is open
         self._path_notice = (
@@ -222,22 +194,35 @@ class Runner:
     def _without_roots_credentials(
         self, env: dict[str, str], action: Action, account: Account
     ) -> dict[str, str]:
-        """The index credentials of root's environment and its root-only settings are root's:
-        never given to another account, which can read its own processes' environment. Said
-        once for each account and the variables it went without."""
+        """The index and proxy credentials of root's environment and its root-only settings are
+        root's: never given to another account, which can read its own processes' environment.
+        Said once for each account and the variables it went without."""
         env, withheld = withhold_credentials(env)
         said = (account.name, tuple(withheld))
-        if withheld and said not in self._withheld_said:
-            self._withheld_said.add(said)
-            self.sink(
-                Notice(
-                    text=f"{action.id} runs as {account.name} without root's index credentials "
-                    f"({', '.join(withheld)}: left out, or the user:password taken out of their "
-                    f"URLs): {account.name} can read what its processes are given. Where the "
-                    f"index needs them, give {account.name} its own (its ~/.netrc), or put "
-                    "them in torch.index_url of the answers for that account to use"
-                )
+        if not withheld or said in self._withheld_said:
+            return env
+        self._withheld_said.add(said)
+        who = account.name
+        proxies = [name for name in withheld if is_proxy(name)]
+        kinds = [kind for kind, has in (("index", proxies != withheld), ("proxy", proxies)) if has]
+        advice = []
+        if proxies != withheld:
+            advice.append(
+                f"Where the index needs them, give {who} its own (its ~/.netrc), or put them "
+                "in torch.index_url of the answers for that account to use."
             )
+        if proxies:
+            advice.append(
+                "Where the proxy needs them, let this server through it without a password, "
+                'or give the venv to root (venv.user = "root").'
+            )
+        self.sink(
+            Notice(
+                text=f"{action.id} runs as {who} without root's {' and '.join(kinds)} "
+                f"credentials ({', '.join(withheld)}: left out, or the user:password taken out "
+                f"of their URLs): {who} can read what its processes are given. " + " ".join(advice)
+            )
+        )
         return env
 
     def run(
@@ -301,8 +286,7 @@ class Runner:
                 ) from None
             if on_start:
                 on_start(proc.pid)
-            limit = RESOLVE_LIMIT_S if action.kind == "resolve" else None
-            watch = _Watch(proc.pid, limit) if account is not None else None
+            watch = self._watch(action, proc.pid) if account is not None else None
             ended: list[str] = []
 
             def line(raw: bytes) -> None:
@@ -316,7 +300,7 @@ class Runner:
                 # another account's process holds root up: not for ever
                 if not main_ended and watch is not None and not ended and (why := watch.overdue()):
                     ended.append(why)
-                    proc.kill()
+                    watch.end()
                 if leftovers is None:
                     return
                 if main_ended:
@@ -346,6 +330,12 @@ class Runner:
                 log.write(f"{said}\n".encode())
             log.write(f"[exit {exit_code} after {time.monotonic() - start:.1f}s]\n".encode())
         return Result(exit_code, time.monotonic() - start, list(tail), ended[0] if ended else None)
+
+    def _watch(self, action: Action, pid: int) -> AccountWatch:
+        tree = action.kind != "build"
+        if action.kind == "resolve" and self.account_limit > RESOLVE_LIMIT_S:
+            return AccountWatch(pid, RESOLVE_LIMIT_S, tree)
+        return AccountWatch(pid, self.account_limit, tree, set_by=ACCOUNT_TIMEOUT)
 
     def _end(
         self, action: Action, leftovers: Leftovers, procs: list[psutil.Process], why: str

@@ -3,7 +3,8 @@
 They are input like the answers: a bad value is exit 2 naming the variable, the value and
 what is allowed, and a misspelt name is refused rather than silently ignored. Every reader
 takes them from here: recipes (steps.knowledge), the NVML snapshot (steps.probe), the dpkg
-lock wait (app.apply), the ASCII wizard (app.tui.glyphs).
+lock wait (app.apply), the bound on another account's commands (steps.runner), the ASCII
+wizard (app.tui.glyphs).
 """
 
 from __future__ import annotations
@@ -22,11 +23,24 @@ EXTENSIONS_DIR = "MLSETUP_EXTENSIONS_DIR"
 NVML_SNAPSHOT = "MLSETUP_NVML_SNAPSHOT"
 DPKG_LOCK_TIMEOUT = "MLSETUP_DPKG_LOCK_TIMEOUT"
 INTERRUPTED_WAIT = "MLSETUP_INTERRUPTED_WAIT"
+ACCOUNT_TIMEOUT = "MLSETUP_ACCOUNT_TIMEOUT"
 ASCII = "MLSETUP_ASCII"
 # install.sh's (where it puts the venv and the command); accepted here, not used
 INSTALL_ONLY = ("MLSETUP_PREFIX", "MLSETUP_BINDIR")
-KNOWN = (EXTENSIONS_DIR, NVML_SNAPSHOT, DPKG_LOCK_TIMEOUT, INTERRUPTED_WAIT, ASCII, *INSTALL_ONLY)
+KNOWN = (
+    EXTENSIONS_DIR,
+    NVML_SNAPSHOT,
+    DPKG_LOCK_TIMEOUT,
+    INTERRUPTED_WAIT,
+    ACCOUNT_TIMEOUT,
+    ASCII,
+    *INSTALL_ONLY,
+)
 DEFAULT_WAIT = 600.0  # seconds, for apt's lock and for an interrupted run's command
+DAY = 86400.0
+# how long a command run as another account (the venv's owner) may take: generous, as an
+# extension's compile on a small server takes hours; root does not wait on it for ever
+DEFAULT_ACCOUNT_TIMEOUT = DAY
 _TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 
 
@@ -36,6 +50,7 @@ class Settings:
     nvml_snapshot: Path | None = None  # tests: a recorded NVML reading instead of the GPUs
     dpkg_lock_timeout: float = DEFAULT_WAIT  # seconds to wait for apt's lock
     interrupted_wait: float = DEFAULT_WAIT  # seconds to wait for an interrupted run's command
+    account_timeout: float = DEFAULT_ACCOUNT_TIMEOUT  # seconds for a command of another account
     ascii: bool = False  # the wizard draws ASCII only
 
 
@@ -54,6 +69,9 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         nvml_snapshot=_regular_file(NVML_SNAPSHOT, given.get(NVML_SNAPSHOT)),
         dpkg_lock_timeout=_seconds(DPKG_LOCK_TIMEOUT, given.get(DPKG_LOCK_TIMEOUT)),
         interrupted_wait=_seconds(INTERRUPTED_WAIT, given.get(INTERRUPTED_WAIT)),
+        account_timeout=_seconds(
+            ACCOUNT_TIMEOUT, given.get(ACCOUNT_TIMEOUT), DEFAULT_ACCOUNT_TIMEOUT, 1, 7 * DAY
+        ),
         ascii=_flag(ASCII, given.get(ASCII)),
     )
 
@@ -97,15 +115,17 @@ def _existing(
     return path
 
 
-def _seconds(name: str, value: str | None) -> float:
+def _seconds(
+    name: str, value: str | None, default: float = DEFAULT_WAIT, least: float = 0, most: float = DAY
+) -> float:
     if value is None:
-        return DEFAULT_WAIT
-    allowed = "a number of seconds from 0 to 86400, such as 600"
+        return default
+    allowed = f"a number of seconds from {least:.0f} to {most:.0f}, such as {default:.0f}"
     try:
         seconds = float(value) if len(value) <= 20 and value.isascii() else math.nan
     except ValueError:
         raise _bad(name, value, allowed) from None
-    if not 0 <= seconds <= 86400:  # also false for NaN
+    if not least <= seconds <= most:  # also false for NaN
         raise _bad(name, value, allowed)
     return seconds
 

@@ -15,7 +15,7 @@ from steps import activate
 from steps.actions import ActionRunner, Execute
 from steps.applyrun import ApplyRun, Fault
 from steps.choices import choose
-from steps.diagnose import Diagnosis, failed_url
+from steps.diagnose import Diagnosis, failed_url, held_up
 from steps.errors import InputError, Refused
 from steps.events import Notice
 from steps.exitcodes import EXIT_FAILED, EXIT_INPUT
@@ -176,12 +176,7 @@ class StackSettler:
         if result is not None and result.ended and action is not None:
             code = EXIT_FAILED  # not the input's doing: another account held the run up
             who = action.user or "root"
-            diagnosis = Diagnosis(
-                "held-up",
-                f"The resolution, run as {who}, {result.ended}; root does not wait without "
-                "end on a process another account controls.",
-                f"See what runs as {who}: ps -u {who} -o pid,stat,args; then: {RESUME_COMMAND}",
-            )
+            diagnosis = held_up("The resolution", who, result.ended)
         self.run.fail(
             Fault(
                 "venv",

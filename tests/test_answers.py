@@ -296,6 +296,11 @@ def test_the_venv_directory_is_checked_once_home_is_known():
             'MLSETUP_DPKG_LOCK_TIMEOUT="nan": allowed: a number',
         ),
         ({"MLSETUP_DPKG_LOCK_TIMEOUT": "1e999"}, "0 to 86400"),
+        (  # 0 would end every command of the venv's owner at once
+            {"MLSETUP_ACCOUNT_TIMEOUT": "0"},
+            'MLSETUP_ACCOUNT_TIMEOUT="0": allowed: a number of seconds from 1 to 604800, such as '
+            "86400",
+        ),
         ({"MLSETUP_ASCII": "maybe"}, 'MLSETUP_ASCII="maybe": allowed: one of 1, yes'),
         ({"MLSETUP_EXTENSIONS_DIR": "/nonexistent"}, 'MLSETUP_EXTENSIONS_DIR="/nonexistent"'),
         ({"MLSETUP_NVML_SNAPSHOT": "/dev/zero"}, "a regular file"),
@@ -311,14 +316,16 @@ def test_settings_parse():
     s = settings_from(
         {
             "MLSETUP_DPKG_LOCK_TIMEOUT": "20",
+            "MLSETUP_ACCOUNT_TIMEOUT": "7200",
             "MLSETUP_ASCII": "1",
             "MLSETUP_EXTENSIONS_DIR": str(REPO),
             "MLSETUP_PREFIX": "/opt/mlsetup",
             "MLSETUP_NVML_SNAPSHOT": "",
         }
     )
-    assert (s.dpkg_lock_timeout, s.ascii, s.extensions_dir, s.nvml_snapshot) == (
+    assert (s.dpkg_lock_timeout, s.account_timeout, s.ascii, s.extensions_dir, s.nvml_snapshot) == (
         20.0,
+        7200.0,
         True,
         REPO,
         None,

@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.common import REPO
-from tests.harness import USER_UID, FakeServer
+from tests.harness import USER_UID, FakeServer, wait_for
 from tests.test_stack import PYTHON, env, setup, write_answers
 from tests.test_uvconfig import UNUSABLE
 
@@ -47,14 +48,17 @@ def _lock_text(*extra: str) -> str:
 
 def _uv_wrapper(server: FakeServer) -> Path:
     """The server's uv behind a script that logs who runs it and, as the venv's owner, does
-    what that account may do to its own uv: append `tamper` to the lock.txt it wrote, or keep
-    itself stopped (`stop`). Returns the directory of those switches and the log."""
+    what that account may do to its own uv: append `tamper` to the lock.txt it wrote, keep
+    its resolving uv stopped (`stop`), or hold its sync up: stopped (`sync-stops`), waiting on a
+    stopped process (`sync-child-stops`) or on one that sleeps an hour (`sync-sleeps`), that
+    process's pid in `pid`. Returns the directory of those switches and the log."""
     switches = server.base / "uv-switches"
     switches.mkdir()
     switches.chmod(0o755)
     calls = switches / "calls.log"
-    calls.touch(mode=0o666)
-    calls.chmod(0o666)
+    for writable in (calls, switches / "pid"):  # the owner's uv writes them
+        writable.touch(mode=0o666)
+        writable.chmod(0o666)
     real = server.tools / "uv.real"
     (server.tools / "uv").rename(real)
     wrapper = server.tools / "uv"
@@ -63,6 +67,13 @@ def _uv_wrapper(server: FakeServer) -> Path:
 echo "$(id -u) $*" >> {calls}
 if [ "$(id -u)" != 0 ] && [ "$1 $2" = "pip compile" ] && [ -e {switches}/stop ]; then
     kill -STOP $$
+fi
+if [ "$(id -u)" != 0 ] && [ "$1 $2" = "pip sync" ]; then
+    if [ -e {switches}/sync-stops ]; then echo $$ > {switches}/pid; kill -STOP $$; fi
+    if [ -e {switches}/sync-child-stops ]; then
+        sh -c 'echo $$ > {switches}/pid; kill -STOP $$'
+    fi
+    if [ -e {switches}/sync-sleeps ]; then sleep 3600 & echo $! > {switches}/pid; wait; fi
 fi
 {real} "$@"; rc=$?
 if [ "$(id -u)" != 0 ] && [ $rc = 0 ] && [ -e {switches}/tamper ]; then
@@ -226,6 +237,59 @@ def test_a_uv_its_owner_keeps_stopped_is_ended_and_the_apply_lock_released(serve
     assert server.report()["failure"]["diagnosis"] == "held-up"
     assert server.apply_lock_free()
     assert not server.venv.exists()
+
+
+HOLD_UPS = {
+    "sync-stops": ({}, "was kept stopped (SIGSTOP or a debugger) for 10 s"),
+    "sync-child-stops": ({}, "waited on its process {pid} (sh), kept stopped"),
+    # the bound from the settings, small: the sync sleeps far past it
+    "sync-sleeps": (
+        {"MLSETUP_ACCOUNT_TIMEOUT": "20"},
+        "ran past its limit of 20.0s (MLSETUP_ACCOUNT_TIMEOUT), waiting on its process {pid} "
+        "(sleep)",
+    ),
+}
+
+
+@pytest.mark.parametrize("hold_up", list(HOLD_UPS))
+def test_a_sync_its_owner_holds_up_is_ended_naming_what_it_waited_on(
+    server: FakeServer, hold_up: str
+):
+    """The venv owner's `uv pip sync` kept stopped, waiting on a process of its own kept stopped
+    (a build backend), or running past MLSETUP_ACCOUNT_TIMEOUT: apply ends it and fails with
+    the held-up diagnosis naming why (not a hang holding the apply lock, not out of memory),
+    and what it started is ended with it."""
+    index = setup(server, gpu=None)
+    write_answers(server, index, ["helper"])
+    switches = _uv_wrapper(server)
+    handed = server.base / "fleet.lock"
+    run = server.mlsetup("lock", "--answers", str(server.answers), "-o", str(handed), **env(index))
+    assert run.returncode == 0, run.stdout + run.stderr
+    saved = server.root / STATE_LOCK  # mluser's own lock: apply syncs it, resolving nothing
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(handed, saved)
+    (switches / hold_up).touch()
+    settings, why = HOLD_UPS[hold_up]
+    run = server.mlsetup(
+        "apply", "--answers", str(server.answers), timeout=240, **env(index), **settings
+    )
+    _no_traceback(run)
+    assert run.returncode == 1, run.stdout + run.stderr
+    pid = int((switches / "pid").read_text())
+    why = why.format(pid=pid)
+    failure = server.report()["failure"]
+    assert failure["action"] == "venv.sync" and failure["diagnosis"] == "held-up", failure
+    assert f"venv.sync, run as mluser, {why}" in run.stdout, run.stdout
+    assert f"mlsetup: uv, run as mluser, {why}" in Path(failure["log"]).read_text()
+    assert server.apply_lock_free()
+    wait_for(lambda: _ended(pid))  # killed, not left stopped or sleeping
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 # -- the environment handover file --------------------------------------------------------------

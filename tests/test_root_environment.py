@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 from steps.lessons import Learned
 from steps.units import GiB
@@ -43,12 +44,9 @@ def test_a_path_with_another_accounts_directory_first_is_not_searched_as_root(
     assert f"{below}: {server.home} belongs to uid {USER_UID}" in notice
 
 
-def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
-    server: FakeServer,
-):
-    """Credentials in a root-only /etc/uv/uv.toml, in root's PIP_INDEX_URL and in a
-    UV_INDEX_<NAME>_PASSWORD: the venv owner's uv runs with none of them (what the account can
-    read in /proc/PID/environ of its processes), and the run says so."""
+def _recording_environs(server: FakeServer) -> Path:
+    """The server's uv behind a script that writes the environment each uv process was given
+    (/proc/PID/environ, what the account it runs as can read) to DIR/UID-PID. Returns DIR."""
     real = server.tools / "uv.real"
     (server.tools / "uv").rename(real)
     environs = server.base / "environs"
@@ -61,6 +59,20 @@ def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
         f'exec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
+    return environs
+
+
+def _owners_environs(environs: Path) -> list[str]:
+    return [p.read_text() for p in environs.iterdir() if p.name.startswith(f"{USER_UID}-")]
+
+
+def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
+    server: FakeServer,
+):
+    """Credentials in a root-only /etc/uv/uv.toml, in root's PIP_INDEX_URL and in a
+    UV_INDEX_<NAME>_PASSWORD: the venv owner's uv runs with none of them (what the account can
+    read in /proc/PID/environ of its processes), and the run says so."""
+    environs = _recording_environs(server)
     uv_toml = server.root / "etc/uv/uv.toml"
     uv_toml.parent.mkdir(parents=True)
     uv_toml.write_text(
@@ -75,7 +87,7 @@ def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
         PIP_INDEX_URL="http://bob:S3-PIP@127.0.0.1:9/simple",
         UV_INDEX_MIRROR_PASSWORD="S3-UV",
     )
-    owners = [p.read_text() for p in environs.iterdir() if p.name.startswith(f"{USER_UID}-")]
+    owners = _owners_environs(environs)
     assert owners, run.stdout + run.stderr  # the owner's uv ran (the resolution)
     assert not [e for e in owners if "S3-" in e]
     assert all("UV_DEFAULT_INDEX=http://127.0.0.1:9/simple" in e.split("\n") for e in owners)
@@ -83,6 +95,40 @@ def test_roots_index_credentials_never_reach_the_environment_of_the_owners_uv(
     notice = next(s for s in run.stdout.splitlines() if "without root's index credentials" in s)
     assert "UV_INDEX_MIRROR_PASSWORD" in notice and "PIP_INDEX_URL" in notice
     assert "UV_DEFAULT_INDEX" in notice and "S3-" not in run.stdout + run.stderr
+
+
+PROXIES = {  # root's proxies, each with a user:password, and what the owner's uv is given
+    "https_proxy": ("http://carol:S3-https@127.0.0.1:9", "http://127.0.0.1:9"),
+    "HTTP_PROXY": ("http://carol:S3-HTTP@127.0.0.1:9/", "http://127.0.0.1:9/"),
+    "ALL_PROXY": ("socks5h://dan:S3-ALL@127.0.0.1:9", "socks5h://127.0.0.1:9"),
+    "all_proxy": ("erin:S3-bare@127.0.0.1:9", "127.0.0.1:9"),  # no scheme: curl and uv read http
+    "http_proxy": ("http://frank:S3-port@127.0.0.1:port", None),  # unreadable: left out whole
+}
+
+
+def test_roots_proxy_credentials_never_reach_the_environment_of_the_owners_uv(
+    server: FakeServer,
+):
+    """root's http(s)_proxy and ALL_PROXY, any case, with a user:password: the venv owner's uv
+    gets each without it (one urllib cannot read, none of it), and the run says so. The proxy
+    is not reached (no_proxy: the index is local)."""
+    environs = _recording_environs(server)
+    server.machine.driver_loaded("580.105.08")
+    given = {name: value for name, (value, _) in PROXIES.items()}
+    run = server.mlsetup(
+        "apply", "--answers", str(server.answers), no_proxy="127.0.0.1,localhost", **given
+    )
+    owners = _owners_environs(environs)
+    assert owners, run.stdout + run.stderr  # the owner's uv ran (the resolution)
+    for environ in owners:
+        lines = environ.split("\n")
+        assert "S3-" not in environ, environ
+        for name, (_, public) in PROXIES.items():
+            assert (f"{name}={public}" in lines) if public else not environ.count(f"{name}=")
+    notice = next(s for s in run.stdout.splitlines() if "without root's proxy credentials" in s)
+    assert all(name in notice for name in PROXIES), notice
+    assert "let this server through it without a password" in notice
+    assert "S3-" not in run.stdout + run.stderr
 
 
 def test_what_another_accounts_build_taught_never_sizes_or_orders_roots_build(

@@ -37,6 +37,9 @@ ENVIRONMENT = {
     "MLSETUP_DPKG_LOCK_TIMEOUT": "seconds to wait for apt's lock (default 600)",
     "MLSETUP_INTERRUPTED_WAIT": "seconds to wait for an interrupted run's command to end "
     "(default 600)",
+    "MLSETUP_ACCOUNT_TIMEOUT": "seconds a command run as another account (the venv's owner: its "
+    "resolution, sync, builds, smoke test) may take before it is ended (default 86400, a day; a "
+    "resolution an hour at most)",
     "MLSETUP_ASCII": "1 to draw the wizard in ASCII only (a Linux console)",
     "MLSETUP_PREFIX": "For install.sh: where mlsetup's own venv goes (default /opt/mlsetup)",
     "MLSETUP_BINDIR": "For install.sh: where the mlsetup command goes (default /usr/local/bin)",

@@ -6,11 +6,9 @@ driven through `steps` (the same answers model and planner as `mlsetup apply`).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from steps.answers import Answers, load_answers
+from steps.asaccount import call_as
 from steps.choices import Choices, choose
 from steps.engine import ApplyLock
 from steps.errors import InputError, describe_validation_error, refusal
@@ -29,6 +28,7 @@ from steps.planner import plan_for
 from steps.probe import probe
 from steps.rootfs import RootFS
 from steps.safefs import replace_file
+from steps.settings import settings
 from steps.stack.lock import PlannedStack
 from steps.stack.obtain import lock_for_plan
 from steps.state import CorruptState, State, load_state, write_atomic
@@ -36,6 +36,7 @@ from steps.venvstate import VenvState, probe_venv
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
 DEFAULT_SAVE = "./mlsetup-answers.toml"
+WRITE_LIMIT_S = 60.0  # an answers file written as the invoking account: a moment, not longer
 Opening = Literal["wizard", "attach", "resume"]
 STACK_INDIFFERENT = ("build", "reboot")  # answers sections no resolution of the stack reads
 
@@ -341,33 +342,16 @@ class Saved:
 def write_as(uid: int, gid: int, path: Path, text: str) -> None:
     """Write `path` in a child that has become the account (uid, gid): its own permissions
     decide, the file is its own, readable by it only (it may name a mirror with credentials),
-    and nothing planted there is written through (steps.safefs.replace_file). The child only
-    makes system calls before it exits (no exec: the interpreter may live where the account cannot
-    reach). OSError with the child's reason when it could not."""
+    and nothing planted there is written through (steps.safefs.replace_file). A write the
+    account holds up (keeps stopped) is ended (steps.asaccount). OSError with the child's
+    reason when it could not."""
     data = text.encode()
-    read, write = os.pipe()
-    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 1
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            replace_file(path, data, 0o600, create_parents=True)
-            code = 0
-        except OSError as exc:
-            os.write(write, (exc.strerror or str(exc)).encode()[:500])
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        why = pipe.read().decode(errors="replace")
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError(errno.EACCES, why or "the write failed")
+    call_as(
+        uid,
+        gid,
+        lambda: replace_file(path, data, 0o600, create_parents=True),
+        min(settings().account_timeout, WRITE_LIMIT_S),
+    )
 
 
 def invoking_account() -> tuple[str, int, int] | None:

@@ -56,24 +56,32 @@ _NAMED = re.compile(r"^[A-Za-z0-9_.-]+=")  # UV_INDEX's "name=url" form
 
 
 def withhold_credentials(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """`env` for a command root runs as another account, without root's index credentials:
-    uv's and pip's secret variables left out, every URL in the others without its user:password
-    (another account reads its own processes' environment, /proc/PID/environ). Returns the
-    environment and the names of the variables that lost something."""
+    """`env` for a command root runs as another account, without root's credentials: uv's and
+    pip's secret variables left out, every URL in the others and in the proxy variables
+    (http_proxy, HTTPS_PROXY, ALL_PROXY, ... in any case) without its user:password (another
+    account reads its own processes' environment, /proc/PID/environ). A value whose URL cannot
+    be parsed is left out whole. Returns the environment and the names of the variables that
+    lost something."""
     kept: dict[str, str] = {}
     withheld: list[str] = []
     for name, value in env.items():
-        if not name.startswith(("UV_", "PIP_")):
-            kept[name] = value
-        elif _SECRET_NAME.match(name):
+        if name.startswith(("UV_", "PIP_")) and _SECRET_NAME.match(name):
             withheld.append(name)
-        else:
-            public = " ".join(_public(token) for token in value.split())
-            if public != " ".join(value.split()):
-                withheld.append(name)
-                kept[name] = public
+            continue
+        try:
+            if is_proxy(name):
+                public = _public_proxy(value)
+            elif name.startswith(("UV_", "PIP_")):
+                public = " ".join(_public(token) for token in value.split())
+                public = value if public == " ".join(value.split()) else public
             else:
-                kept[name] = value
+                public = value
+        except ValueError:  # urllib cannot read it (a port of letters): none of it is kept
+            withheld.append(name)
+            continue
+        if public != value:
+            withheld.append(name)
+        kept[name] = public
     return kept, withheld
 
 
@@ -82,6 +90,21 @@ def _public(token: str) -> str:
     prefix = named.group(0) if named and token.index("://") > named.end() else ""
     url = token[len(prefix) :]
     return prefix + split_credentials(url).public if "://" in url else token
+
+
+def is_proxy(name: str) -> bool:
+    """A variable that names a proxy for uv, curl or apt (http_proxy, HTTPS_PROXY, all_proxy)."""
+    return name.lower().endswith("_proxy") and name.lower() != "no_proxy"
+
+
+def _public_proxy(value: str) -> str:
+    """A proxy URL without its user:password; curl and uv also take one without a scheme
+    ("user:secret@proxy:3128", read as http://)."""
+    if "://" in value:
+        return split_credentials(value).public
+    if "@" not in value:
+        return value
+    return split_credentials(f"http://{value}").public.removeprefix("http://")
 
 
 def configured(root: Path | None = None) -> str | None:
