@@ -424,3 +424,23 @@ def test_the_lock_of_a_large_set_does_not_depend_on_its_order(server, pypi, trap
             h.startswith(f"vllm {vllm} (newest 0.33.0): held back by")
             for h in (summary["held_back"])
         ), summary["held_back"]
+
+
+def test_the_lock_of_a_large_set_with_flash_attn_does_not_depend_on_its_order(server, pypi, trap):
+    """A set other than the forty: the forty, torchaudio and flash-attn (whose C++17 build keeps
+    torch below 2.14) in three orders, one with the torch family first: one lock. vllm 0.31.0,
+    the newest whose torch flash-attn builds against, decides torch 2.13.0 and holds back
+    transformers; the family follows torch; flash-attn's run-time requirement is locked."""
+    stack = [*FORTY, "torchaudio"]
+    orders = [stack, stack[::-1], sorted(stack, key=lambda n: (not n.startswith("torch"), n))]
+    locks = [lock(server, pypi, trap, packages, torch=FLASH_ATTN) for packages in orders]
+    assert locks[0] == locks[1] == locks[2]
+    summary = locks[0]
+    assert summary["torch"] == "2.13.0" and summary["build"] == "cu130"
+    assert summary["packages"]["vllm"] == "0.31.0" and summary["decided_by"] == ["vllm"]
+    assert summary["packages"]["torchvision"] == "0.28.0" and "torchaudio" in summary["packages"]
+    assert "einops" in summary["packages"]  # flash-attn's runtime_requires, from the lock
+    assert (
+        "transformers 5.17.0 (newest 5.24.0): held back by vllm==0.31.0 requires "
+        "transformers>=5.10.4,<5.18.0"
+    ) in summary["held_back"]
