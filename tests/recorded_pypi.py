@@ -102,12 +102,14 @@ def version_of(filename: str) -> str | None:
         return None
 
 
-def prune_project(page: dict, recorded: set[str]) -> dict:
+def prune_project(page: dict, recorded: set[str], listed: tuple[str, ...] = ()) -> dict:
     """A simple-API page cut to the versions a recorded resolution looked at (a file of theirs
     is in `recorded`: its metadata, or the file itself), with their usable files and only the
     fields uv reads. A version no resolution looked at is left out: uv took a newer one or the
-    requirements excluded it, so the same resolutions run the same way without it."""
-    looked_at = {version_of(f) for f in recorded}
+    requirements excluded it, so the same resolutions run the same way without it. `listed`:
+    versions kept although nothing of theirs was read (an extension's source-only releases: the
+    check that the index has them reads only the page, never the sdist)."""
+    looked_at = {version_of(f) for f in recorded} | set(listed)
     files = []
     for f in page.get("files", []):
         name = f["filename"]
@@ -139,7 +141,7 @@ class Recording:
     pages: dict[str, dict] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
-    manifest: dict = field(default_factory=dict)
+    manifest: dict = field(default_factory=dict)  # its "listed": prune_project's, by project
 
     @classmethod
     def read(cls, path: Path) -> Recording:
@@ -176,7 +178,7 @@ class Recording:
         recorded = set(self.metadata) | set(self.files)
         for name, page in self.pages.items():
             mine = {f["filename"] for f in page.get("files", [])} & recorded
-            pruned = prune_project(page, mine)
+            pruned = prune_project(page, mine, tuple(self.manifest.get("listed", {}).get(name, ())))
             members[f"projects/{name}.json"] = json.dumps(pruned, separators=(",", ":")).encode()
         for filename, text in self.metadata.items():
             members[f"metadata/{filename}.metadata"] = text.encode()

@@ -210,6 +210,24 @@ def test_an_extension_release_the_index_lacks_names_the_newest_it_has(index, tmp
     assert (tmp_path / "never-built.log").exists() is False  # nothing of it ran
 
 
+def test_a_partial_mirror_without_the_extension_is_refused_at_plan_naming_it(tmp_path):
+    """The index answers (torch, the build requirements) but has no flash-attn at all: exit 2
+    at plan naming that index and one that has it, not a failed source fetch at apply."""
+    index = standard_index(tmp_path / "pkgs")
+    for name in ("pip", "packaging", "wheel", "ninja", "psutil", "setuptools", "einops"):
+        index.add("pypi", name, "1.0")
+    rtx = MACHINES / "rtx-pro-6000-ubuntu2404.json"
+    env = {"UV_DEFAULT_INDEX": index.default_url}
+    message = plan_refusal(rtx, index_answers(index, extensions=FLASH_ATTN), tmp_path, **env)
+    assert message == (
+        f'{PREFIX}extensions[0].version = "2.8.3": {index.root}/cu130 (then '
+        f"{index.default_url}) answers but has no flash-attn at all (a partial mirror?); "
+        'allowed: an index that has it, such as PyPI ("https://pypi.org/simple" has flash-attn '
+        "2.8.3.post2, the release its recipe was checked against), as torch.index_url or the "
+        "default index (UV_DEFAULT_INDEX, pip's index-url), or this extension left out"
+    )
+
+
 def test_a_build_the_index_lacks_blames_torch_cuda_and_names_the_one_it_has(index, tmp_path):
     """One index with one build per release: torch 2.9.0 there is cu128, torch.cuda asks cu130.
     The key to change is torch.cuda, not the version."""

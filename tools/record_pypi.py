@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from steps import tomlcompat as tomllib  # noqa: E402 - the checkout on the path first
+from steps.knowledge import knowledge  # noqa: E402
 from tests.recorded_pypi import (  # noqa: E402
     ARCHIVE,
     SIMPLE_JSON,
@@ -371,8 +372,19 @@ def main() -> int:
         "uv_pip_compile": results,
         "refused_large_files": sorted(set(recorder.refused)),
     }
+    # the extensions' releases (source only) the stacks ask the index for, and their recipes'
+    # `checked`: their pages are kept although no file of theirs is read (prune_project)
+    listed: dict[str, set[str]] = {}
+    for stack in stacks:
+        for ext in stack.get("extensions", []):
+            recipe = knowledge().extensions[ext["name"]]
+            listed.setdefault(canonicalize_name(recipe.package), set()).update(
+                v for v in (ext["version"], recipe.checked) if v
+            )
     rec = recorder.recording
     if args.merge:
+        for name, versions in Recording.read(args.out).manifest.get("listed", {}).items():
+            listed.setdefault(name, set()).update(versions)
         rec = Recording.read(args.out)
         rec.merge(recorder.recording)
         added = {(r["stack"], r["python"]) for r in results}
@@ -386,6 +398,7 @@ def main() -> int:
         manifest["recorded"] = rec.manifest.get("recorded", manifest["recorded"])
         refused = {*rec.manifest.get("refused_large_files", []), *recorder.refused}
         manifest["refused_large_files"] = sorted(refused)
+    manifest["listed"] = {name: sorted(versions) for name, versions in sorted(listed.items())}
     rec.manifest = manifest
     rec.write(args.out)
     print(

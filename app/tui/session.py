@@ -30,7 +30,7 @@ from steps.rootfs import RootFS
 from steps.safefs import replace_file
 from steps.settings import settings
 from steps.stack.lock import PlannedStack
-from steps.stack.obtain import lock_for_plan
+from steps.stack.obtain import check_extension_releases, lock_for_plan
 from steps.state import CorruptState, State, load_state, write_atomic
 from steps.venvstate import VenvState, probe_venv
 
@@ -240,6 +240,9 @@ class Session:
         # its GPUs support, proprietary modules on GH200) are refused the same way
         try:
             self.plan()
+            if _names_an_extension_release(before, answers):
+                # the index's answer, as `mlsetup plan` checks it before resolving
+                check_extension_releases(self.fs, self.facts, answers, self.on_machine)
         except InputError as exc:
             self.answers = before
             return str(exc)
@@ -367,3 +370,10 @@ def invoking_account() -> tuple[str, int, int] | None:
 
 def default_save_path() -> str:
     return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
+
+
+def _names_an_extension_release(before: Answers, after: Answers) -> bool:
+    """The change asks the index for an extension release it was not asked for before (a
+    version typed, an extension added)."""
+    was = {(e.name, e.version) for e in before.extensions}
+    return any((e.name, e.version) not in was for e in after.extensions)

@@ -71,6 +71,24 @@ def settle_lock(
     return Resolution(facts, answers, inputs, run, resolver).lock()
 
 
+def check_extension_releases(
+    fs: RootFS, facts: Facts, answers: Answers, on_machine: bool = True
+) -> None:
+    """The extension releases the answers ask for are on the index, as `mlsetup plan` checks
+    them (InputError naming what the index has); nothing is said when the index cannot be
+    reached or a lock is given (the resolution, or the lock's own check, says that)."""
+    if not answers.extensions or answers.venv.lock:
+        return
+    resolver = resolver_for(fs, choose(facts, answers).owner.run_as, on_machine)
+    inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
+    with tempfile.TemporaryDirectory(prefix="mlsetup-plan-") as tmp:
+        run = _plan_runner(fs, answers, Path(tmp))
+        try:
+            Resolution(facts, answers, inputs, run, resolver).check_releases()
+        except StackUnavailable:
+            return
+
+
 def _plan_runner(fs: RootFS, answers: Answers, logs: Path) -> RunCommand:
     drop: EventSink = lambda event: None  # noqa: E731
 

@@ -142,6 +142,18 @@ class Refusals:
             f'a release that index has, such as "{newest}"'
         )
 
+    def no_release_at_all(self, at: int, version: str, recipe: ExtensionRecipe, build: str) -> str:
+        """The index answers but has no release of the extension (a partial mirror): that
+        index, and one that has it (PyPI, where its recipe's release was read)."""
+        has = f" has {recipe.package} {recipe.checked}, the release its recipe was checked "
+        has = has + "against" if recipe.checked else ""
+        return (
+            f"extensions[{at}].version = {show_value(version)}: {self._label(build)} answers but "
+            f"has no {recipe.package} at all (a partial mirror?); allowed: an index that has it, "
+            f'such as PyPI ("https://pypi.org/simple"{has}), as torch.index_url or the default '
+            "index (UV_DEFAULT_INDEX, pip's index-url), or this extension left out"
+        )
+
     def no_build_has_it(self, attempts: Attempts, builds: list[str]) -> str:
         """Every build's index lacked the torch a package requires: the package, the builds that
         torch exists in, and what would work."""

@@ -35,7 +35,6 @@ from steps.accounts import Account, lookup_account
 from steps.answers import Answers
 from steps.errors import InputError
 from steps.facts import Facts
-from steps.knowledge import knowledge
 from steps.plan import Action
 from steps.rootfs import RootFS
 from steps.runner import Result
@@ -54,14 +53,13 @@ from steps.stack.lock import (
     parse_requirements,
 )
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
+from steps.stack.releases import check_extension_releases
 from steps.stack.uvfailure import (
     OFFLINE_MARKERS,
     Failure,
-    Missing,
     NeedsBuild,
     NoPythonWheel,
     Unreachable,
-    newest_available,
     read_failure,
     torch_dependents,
     torch_pin,
@@ -69,8 +67,6 @@ from steps.stack.uvfailure import (
 
 RunCommand = Callable[[Action], Result | None]
 _TORCH_PIN = re.compile(r"^torch==(\d+\.\d+)", re.M)
-# a release above any real one: uv answers "only NAME<=NEWEST is available"
-_ABOVE_ALL = "999999"
 
 
 @dataclass(frozen=True)
@@ -327,40 +323,20 @@ class Resolution:
             f"({'; '.join(skipped) or 'see the resolution'})",
         )
 
+    def check_releases(self) -> None:
+        """The extension releases alone (the wizard's field), as lock() checks them first."""
+        choice = self.inputs.python
+        python = choice.candidates[0] if choice.candidates else choice.version
+        self._check_extension_releases(python, self.inputs.builds[0])
+
     def _check_extension_releases(self, python: str, build: str) -> None:
-        """Each extension fetched from the index (its recipe's requirement is a name and
-        version) has the release asked for there; else InputError naming the newest it has.
-        Metadata only, without dependencies or builds: a release that has only source counts."""
-        recipes = knowledge().extensions
-        for at, ext in enumerate(self.answers.extensions):
-            recipe = recipes[ext.name]
-            if recipe.requirement != "{package}=={version}":
-                continue  # a local source: not the index's
-            action = f"venv.resolve-check-{recipe.package}"
-            asked = _Ask(
-                action,
-                f"Check that the index has {recipe.package} {ext.version}",
-                python,
-                [f"{recipe.package}=={ext.version}"],
-                builds=False,
-                no_deps=True,
-            )
-            compiled = self._compile(asked, build)
-            if compiled.text is not None:
-                continue
-            failure = read_failure(compiled.result.tail, self.local)
-            if isinstance(failure, Unreachable):
-                raise self.refuse.of(failure, build, python, action)
-            if not isinstance(failure, Missing):
-                continue  # it is there (only as source, or not for this Python: the build says)
-            newest = newest_available(
-                self._compile(
-                    replace(asked, requirements=[f"{recipe.package}>={_ABOVE_ALL}"]), build
-                ).result.tail
-            )
-            if newest is None:
-                continue  # no release of it at all there (a partial mirror): the source fetch says
-            raise InputError(self.refuse.no_release(at, ext.version, recipe, newest, build))
+        """The extension releases asked for are on the index (steps.stack.releases)."""
+
+        def ask(action: str, title: str, requirement: str) -> Result:
+            question = _Ask(action, title, python, [requirement], builds=False, no_deps=True)
+            return self._compile(question, build).result
+
+        check_extension_releases(self.answers, ask, self.local, self.refuse, build, python)
 
     # -- the lock -----------------------------------------------------------------------------
 

@@ -104,3 +104,27 @@ def test_an_extension_release_the_index_lacks_is_said_on_the_extensions_screen(t
     said = controller_for(session, "extensions").warnings()
     assert said and PREFIX + said[0] == cli
     assert session.why_not_apply() == said[0]
+
+
+async def test_the_extensions_screen_refuses_a_release_the_index_lacks_on_its_field(
+    tmp_path, monkeypatch
+):
+    """A version typed into the extension's field is checked against the index as `mlsetup
+    plan` checks it (steps.stack.releases): 9.9.9 is refused there, naming the newest the index
+    has, and the answers keep the release that works."""
+    index = fit_index(tmp_path)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", index.default_url)
+    path = tmp_path / "base.toml"
+    path.write_text(index_answers(index, extensions=FLASH_ATTN).to_toml())
+    rtx = "rtx-pro-6000-ubuntu2404"
+    wrong = index_answers(index, extensions=FLASH_ATTN.replace("2.8.3", "9.9.9"))
+    cli = plan_refusal(machine(rtx), wrong, tmp_path, UV_DEFAULT_INDEX=index.default_url)
+    app = WizardApp(dry_session(rtx, path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await goto(pilot, "extensions")
+        box = field(app, "extensions[0].version")
+        box.enter("9.9.9")
+        await wait_until(pilot, lambda: box.has_class("-invalid"), what="9.9.9 refused")
+        assert "the newest release there is 2.8.3.post2" in cli
+        assert cli.removeprefix(PREFIX) in " ".join(shown(app).split())
+        assert app.session.answers.extensions[0].version == "2.8.3"

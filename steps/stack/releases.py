@@ -1,0 +1,48 @@
+"""The extension releases the answers ask for, checked against the index before the stack is
+resolved (`mlsetup plan` and the wizard's field alike): a release the index lacks is refused
+naming the newest it has, and an index that answers but has no release of the extension at all
+(a partial mirror) is refused naming that index and one that has it. Metadata only, without
+dependencies or builds: a release that has only source counts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from steps.answers import Answers
+from steps.errors import InputError
+from steps.knowledge import knowledge
+from steps.runner import Result
+from steps.stack.refusal import Refusals
+from steps.stack.uvfailure import Missing, Unreachable, newest_available, read_failure
+
+# a release above any real one: uv answers "only NAME<=NEWEST is available"
+ABOVE_ALL = "999999"
+
+# One `uv pip compile --no-deps --no-build` of one requirement: (action id, title, requirement)
+Ask = Callable[[str, str, str], Result]
+
+
+def check_extension_releases(
+    answers: Answers, ask: Ask, local: bool, refuse: Refusals, build: str, python: str
+) -> None:
+    """Each extension fetched from the index (its recipe's requirement is a name and version)
+    has the release asked for there; else InputError naming what the index has."""
+    recipes = knowledge().extensions
+    for at, ext in enumerate(answers.extensions):
+        recipe = recipes[ext.name]
+        if recipe.requirement != "{package}=={version}":
+            continue  # a local source: not the index's
+        action = f"venv.resolve-check-{recipe.package}"
+        title = f"Check that the index has {recipe.package} {ext.version}"
+        result = ask(action, title, f"{recipe.package}=={ext.version}")
+        if result.exit_code == 0:
+            continue
+        failure = read_failure(result.tail, local)
+        if isinstance(failure, Unreachable):
+            raise refuse.of(failure, build, python, action)
+        if not isinstance(failure, Missing):
+            continue  # it is there (only as source, or not for this Python: the build says)
+        newest = newest_available(ask(action, title, f"{recipe.package}>={ABOVE_ALL}").tail)
+        if newest is None:  # the index answers, and has no release of it: a partial mirror
+            raise InputError(refuse.no_release_at_all(at, ext.version, recipe, build))
+        raise InputError(refuse.no_release(at, ext.version, recipe, newest, build))
