@@ -2,7 +2,8 @@
 the real responses for torch, flash-attn, causal-conv1d and mamba-ssm, trimmed to the fields the
 tool reads: Linux wheel file names, requires_python, upload time, yanked) and the lines it read
 on 2026-12-03 from the files on PyPI (tests/fixtures/pypi/cxx/: the first lines of each torch
-series' ATen.h, the -std lines of each recipe's setup.py, with the file's URL and sha256)."""
+series' ATen.h, the -std lines of each recipe's setup.py, with the file's URL and sha256; and
+the CUDA runtime lines of each series' wheel METADATA, torch-*-metadata.json)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ def my_recipe(tmp_path, monkeypatch):
     mine = flash.split("\n[[")[0].replace("[flash-attn]", "[my-ext]")
     mine = mine.replace('package = "flash-attn"', 'package = "unrecorded-ext"')
     mine = mine.replace('checked = "2.8.3.post2"', 'checked = "0.0.35"')
+    # read for CUDA 13 too (flash-attn's head names 11 and 12; its variant adds 13)
+    mine = mine.replace('majors = ["11", "12"]', 'majors = ["11", "12", "13"]')
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "mine.toml").write_text(mine)
     monkeypatch.setenv("MLSETUP_EXTENSIONS_DIR", str(tmp_path / "recipes"))
@@ -313,3 +316,60 @@ def test_record_writes_only_the_releases_the_findings_read(tmp_path, capsys):
         lines = len((empty / f"{name}.json").read_text().splitlines())
         assert lines <= len((RECORDED / f"{name}.json").read_text().splitlines()), name
     assert run(mine, capsys) == run(responses, capsys)
+
+
+def test_cuda_majors_of_each_series_are_checked_against_torch_toml_and_the_recipes(
+    capsys, monkeypatch
+):
+    """The CUDA each series' wheel is (the Requires-Dist lines of its METADATA, recorded from
+    PyPI in tests/fixtures/pypi/cxx/torch-*-metadata.json) against assets/ as they would be had
+    CUDA 13 not been read yet: torch 2.15 said to be CUDA 13.0 without cu132, and flash-attn's
+    recipe naming release wheels for CUDA 11 and 12 only (as its 2.8.3 setup.py does). Each
+    is a finding, with the line and wheel it comes from."""
+    k = knowledge()
+    releases = tuple(
+        dataclasses.replace(r, pypi_cuda="13.0", builds=("cu126", "cu130"))
+        if r.series == "2.15"
+        else r
+        for r in k.torch.releases
+    )
+    flash = dataclasses.replace(
+        k.extensions["flash-attn"], prebuilt_cuda_majors=("11", "12"), variants=()
+    )
+    before = dataclasses.replace(
+        k,
+        torch=dataclasses.replace(k.torch, releases=releases),
+        extensions={**k.extensions, "flash-attn": flash},
+    )
+    monkeypatch.setattr(refresh_knowledge, "knowledge", lambda: before)
+    code, out = run(recorded(), capsys)
+    assert code == 1
+    wheel = "/torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl)"
+    where = "(line 99 of torch-2.15.0.dist-info/METADATA in https://pypi.org/packages/packages/"
+    assert any(
+        line.startswith(f"torch 2.15: 2.15.0's wheel on PyPI is CUDA 13.2 {where}")
+        and line.endswith(f"{wheel}; assets/torch.toml says pypi_cuda = 13.0")
+        for line in out
+    ), out
+    assert any(
+        line.startswith(f"torch 2.15: 2.15.0's wheel on PyPI is the cu132 build {where}")
+        and line.endswith("assets/torch.toml builds = ['cu126', 'cu130'] lacks it")
+        for line in out
+    )
+    new = [line for line in out if line.startswith("new incompatibility: flash-attn")]
+    # the five series whose wheel on PyPI is a CUDA 13 build: 2.11 to 2.15
+    assert [line.split("torch ")[1].split(" (")[0] for line in new] == [
+        "2.11", "2.12", "2.13", "2.14", "2.15"
+    ]  # fmt: skip
+    assert new[-1].startswith(
+        "new incompatibility: flash-attn 2.8.3.post2 has not been read for CUDA 13: torch 2.15 "
+        f"(2.15.0) on PyPI is a CUDA 13 build {where}"
+    )
+    assert new[-1].endswith(
+        "its recipe names release wheels for CUDA 11, 12 only (prebuilt_cuda_majors): read "
+        "its setup.py for CUDA 13 (the release wheel it would fetch, its nvcc conditions) and "
+        "add a [[variant]]"
+    )
+    assert not any(
+        line.startswith(("new incompatibility: causal-conv1d", "torch 2.14:")) for line in out
+    )

@@ -13,7 +13,12 @@ extension recipes and prints, one finding per line:
   the recipe's setup.py passes (read from the sdist of its `checked` release), and the Python
   tags of the series' wheels against the sdist's Requires-Python: each incompatibility
   assets/ do not already know is printed with the lines it comes from (steps/cxxstd.py reads
-  them the way the planner and the build's guard do).
+  them the way the planner and the build's guard do),
+- every torch series x its CUDA: the CUDA runtime its newest release's wheel requires (the
+  Requires-Dist lines of its METADATA, read with range requests) against assets/torch.toml
+  (pypi_cuda, builds, [build.cuXYZ]), and every recipe x that CUDA major: a major past the
+  ones its `checked` release names release wheels for (prebuilt_cuda_majors) is one its
+  setup.py was never read for.
 
 Nothing is changed: a person reads the sources the findings point to and edits assets/ with a
 source comment. A recipe whose package PyPI does not have (404) is a finding, not the end of the
@@ -21,9 +26,9 @@ check. Exit status: 0 nothing to change, 1 findings, 3 PyPI could not be read.
 
 `--record DIR` also writes PyPI's answer for each project DIR has none for, trimmed to what the
 tool reads (the releases its findings look at, their Linux wheels and sdists, four fields each),
-as DIR/NAME.json, and the header and setup.py lines it read as DIR/cxx/NAME-VERSION
-.json (with the file's URL and sha256): a new recipe's response for tests/test_refresh_knowledge.py
-is
+as DIR/NAME.json, and the header, METADATA and setup.py lines it read as DIR/cxx/NAME-VERSION
+.json and torch-VERSION-metadata.json (with the file's URL and sha256): a new recipe's response
+for tests/test_refresh_knowledge.py is
 
     python tools/refresh_knowledge.py --record tests/fixtures/pypi
 
@@ -52,12 +57,14 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urljoin
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steps.cxxstd import HEADER, header_requires, setup_passes
 from steps.knowledge import ExtensionRecipe, knowledge
+from steps.stack.lock import cuda_of_pins
 
 EXIT_FINDINGS = 1
 EXIT_UNREACHABLE = 3
@@ -233,8 +240,13 @@ class LineReader(Protocol):
 
     def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None: ...
 
+    def wheel_metadata(self, version: str, files: list[dict]) -> Lines | None: ...
+
 
 ERROR_LINE = r"#\s*error C\+\+"  # the line of ATen.h that states its standard
+# the lines of torch's METADATA that say which CUDA its wheel is (steps/stack/lock.py reads the
+# same requirements from a lock: CUDA_RUNTIMES)
+CUDA_LINE = r"^Requires-Dist:\s*(cuda-toolkit|nvidia-cuda-runtime)"
 HEADER_LINES = 12  # ATen.h states its standard in its first lines (line 5 to 9 so far)
 SDIST_LIMIT = 64 * 1024 * 1024  # flash-attn 2.8.3.post2's sdist is 8.5 MB
 
@@ -248,6 +260,24 @@ class PypiLines:
         self.timeout = timeout
 
     def header(self, version: str, files: list[dict]) -> Lines | None:
+        read = self._wheel_member(files, HEADER)
+        if read is None:
+            return None
+        wheel, text = read
+        lines = dict(enumerate(text.splitlines()[:HEADER_LINES], 1))
+        return Lines(str(wheel["url"]), _sha256(wheel), HEADER, lines)
+
+    def wheel_metadata(self, version: str, files: list[dict]) -> Lines | None:
+        member = f"torch-{version}.dist-info/METADATA"
+        read = self._wheel_member(files, member)
+        if read is None:
+            return None
+        wheel, text = read
+        found = {n: t for n, t in enumerate(text.splitlines(), 1) if re.search(CUDA_LINE, t)}
+        return Lines(str(wheel["url"]), _sha256(wheel), member, found)
+
+    def _wheel_member(self, files: list[dict], member: str) -> tuple[dict, str] | None:
+        """One file of a release's Linux wheel, read with range requests."""
         wheel = _linux_wheel(files)
         if wheel is None or "url" not in wheel:
             return None
@@ -257,11 +287,10 @@ class PypiLines:
         try:
             remote = io.BufferedReader(RemoteFile(Upstream("", self.timeout), url, size), BLOCK)
             with zipfile.ZipFile(remote) as zf:
-                text = zf.read(HEADER).decode("utf-8", "replace")
+                text = zf.read(member).decode("utf-8", "replace")
         except (OSError, KeyError, ValueError, zipfile.BadZipFile, urllib.error.URLError) as exc:
-            raise Unreachable(f"{url}: {HEADER}: {exc}") from None
-        lines = dict(enumerate(text.splitlines()[:HEADER_LINES], 1))
-        return Lines(url, _sha256(wheel), HEADER, lines)
+            raise Unreachable(f"{url}: {member}: {exc}") from None
+        return wheel, text
 
     def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None:
         sdist = next((f for f in files if str(f.get("filename", "")).endswith(".tar.gz")), None)
@@ -298,6 +327,9 @@ class RecordedLines:
 
     def setup_py(self, package: str, version: str, files: list[dict]) -> Lines | None:
         return self._read(f"{package}-{version}")
+
+    def wheel_metadata(self, version: str, files: list[dict]) -> Lines | None:
+        return self._read(f"torch-{version}-metadata")
 
 
 def _linux_wheel(files: list[dict]) -> dict | None:
@@ -423,6 +455,84 @@ def _recipe_against_series(
     return out
 
 
+# -- CUDA majors: the CUDA of each torch series' wheel against torch.toml and the recipes ------
+
+
+def wheel_cuda(lines: Lines) -> str | None:
+    """The CUDA (major.minor) a torch wheel's METADATA requires: its CUDA runtime's pin."""
+    pins = {}
+    for text in lines.lines.values():
+        try:
+            req = Requirement(text.partition(":")[2].strip())
+        except InvalidRequirement:
+            continue
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if exact:
+            pins[req.name] = exact[0]
+    runtime = cuda_of_pins(pins)
+    return runtime.cuda if runtime else None
+
+
+def cuda_findings(
+    torch: dict,
+    packages: dict[str, dict],
+    reader: LineReader,
+    read: dict[str, Lines],
+    unchecked: list[str],
+) -> list[str]:
+    """Every torch series on the index: the CUDA its wheel is (METADATA's Requires-Dist)
+    against assets/torch.toml (pypi_cuda, builds, [build.cuXYZ]) and every recipe x that CUDA
+    major (the majors its checked release names release wheels for: a major past them is one
+    its setup.py was never read for)."""
+    k = knowledge()
+    known = {r.series: r for r in k.torch.releases}
+    out: list[str] = []
+    majors: dict[str, tuple[str, str, str]] = {}  # series -> (major, version, where)
+    for series, (version, files) in newest_of_each_series(torch).items():
+        lines = reader.wheel_metadata(str(version), files)
+        cuda = wheel_cuda(lines) if lines is not None else None
+        if lines is None or cuda is None:
+            unchecked.append(f"torch {series}: the CUDA of {version}'s wheel could not be read")
+            continue
+        read[f"torch-{version}-metadata"] = lines
+        where = lines.cite(CUDA_LINE)
+        build = f"cu{cuda.replace('.', '')}"
+        majors[series] = (cuda.partition(".")[0], str(version), where)
+        release = known.get(series)
+        if release is not None and release.pypi_cuda != cuda:
+            out.append(
+                f"torch {series}: {version}'s wheel on PyPI is CUDA {cuda} ({where}); "
+                f"assets/torch.toml says pypi_cuda = {release.pypi_cuda}"
+            )
+        if release is not None and build not in release.builds:
+            out.append(
+                f"torch {series}: {version}'s wheel on PyPI is the {build} build ({where}); "
+                f"assets/torch.toml builds = {list(release.builds)} lacks it"
+            )
+        if build not in k.torch.builds:
+            out.append(
+                f"{build}: torch {version} on PyPI is built with CUDA {cuda} ({where}); "
+                f"assets/torch.toml has no [build.{build}] (its CUDA and the compute "
+                "capabilities its kernels cover: RELEASE.md, .ci/manywheel/build_cuda.sh)"
+            )
+    for name, recipe in k.extensions.items():
+        if recipe.package not in packages or not recipe.checked:
+            continue  # not on PyPI: that is its finding
+        for series, (major, version, where) in majors.items():
+            built = recipe.for_build(recipe.checked, f"{major}.0")
+            knows = [int(m) for m in built.prebuilt_cuda_majors]
+            if knows and int(major) > max(knows):
+                out.append(
+                    f"new incompatibility: {name} {recipe.checked} has not been read for CUDA "
+                    f"{major}: torch {series} ({version}) on PyPI is a CUDA {major} build "
+                    f"({where}), its recipe names release wheels for CUDA "
+                    f"{', '.join(built.prebuilt_cuda_majors)} only (prebuilt_cuda_majors): "
+                    f"read its setup.py for CUDA {major} (the release wheel it would fetch, its "
+                    "nvcc conditions) and add a [[variant]]"
+                )
+    return out
+
+
 def _admits(spec: str, python: str) -> bool:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -455,9 +565,9 @@ def findings(
         out += recipe_findings(name, recipe.package, recipe.checked, seen[recipe.package])
     if reader is not None:
         read = {} if lines is None else lines
-        out += cxx_findings(
-            seen["torch"], seen, reader, read, [] if unchecked is None else unchecked
-        )
+        missed = [] if unchecked is None else unchecked
+        out += cxx_findings(seen["torch"], seen, reader, read, missed)
+        out += cuda_findings(seen["torch"], seen, reader, read, missed)
     return out
 
 
@@ -561,7 +671,7 @@ def main(argv: list[str] | None = None, fetch: Fetch | None = None) -> int:
         print(
             "assets/ agree with PyPI: no new torch series, Python tags and Requires-Python "
             "match, every recipe was checked against the newest release, and every recipe x "
-            "torch series pair is as assets/ say (C++ standard, Python tags)"
+            "torch series pair is as assets/ say (C++ standard, CUDA majors, Python tags)"
             + (" where its files were read (not checked: above)" if unchecked else "")
         )
     return EXIT_FINDINGS if found else 0
