@@ -529,3 +529,34 @@ def test_a_package_built_for_another_cuda_major_than_torch_is_refused_at_plan(
     assert run.returncode == 2, run.stdout + run.stderr
     assert "localcu 1.0+cu126 is built for CUDA 12" in " ".join(run.stderr.split())
     assert server.calls() == [] and not server.venv.exists()
+
+
+def test_a_release_older_than_the_torch_its_releases_are_made_for_is_refused_naming_it(
+    server: FakeServer,
+):
+    """torch pinned to 2.11.0; `servelike` 2.0, its newest, requires torch==2.10.0 (on the same
+    build's index), and 1.0 names no bound on torch, so uv locks 1.0: a release from before the ones made for torch
+    2.11 (vllm 0.1.2 beside torch 2.15.0 in issue 31), which "accepts" it only by naming none.
+    Refused at plan naming both releases, the conflict and what would work; apply runs
+    nothing."""
+    index = setup(server)
+    index.add_torch("2.10.0", "cu130", "13.0")
+    index.add("pypi", "servelike", "1.0", requires=("torch",))
+    index.add("pypi", "servelike", "2.0", requires=("torch==2.10.0",))
+    write_answers(server, index, ["servelike"], torch='version = "==2.11.0"')
+    plan = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "Traceback" not in plan.stderr and plan.stdout == ""
+    message = " ".join(plan.stderr.split())
+    assert message == (
+        "mlsetup: input error (answers): torch.packages ['servelike'] with torch.version = "
+        '"==2.11.0": servelike would lock to 1.0, older than the servelike releases made for '
+        "torch 2.11.0+cu130: servelike 2.0, its newest, requires torch==2.10.0, and servelike "
+        "1.0 accepts torch 2.11.0+cu130 only by naming no upper bound. servelike 2.0 cannot be "
+        "had with the rest: servelike>=2.0 requires torch==2.10.0, the stack holds "
+        "torch==2.11.0. What would: servelike==2.0 with that requirement changed to allow "
+        "torch==2.10.0, or servelike left out"
+    )
+    run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert server.calls() == [] and not server.venv.exists()

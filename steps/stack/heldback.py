@@ -22,6 +22,7 @@ The packages are scanned by name, so, with the requirements in their canonical o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -122,10 +123,15 @@ def holders_of(package: str, output: list[str]) -> tuple[str, ...]:
     ]
     text = " ".join(line.strip() for line in output)
     for who, version, dep, spec in deps:
-        at = text.find(f"you require {dep}")
-        if who == name and at >= 0:
-            held = text[at + len("you require ") :].split()[0].rstrip(".,")
-            found.append(f"{who}{version} requires {dep}{spec}, the stack holds {held}")
+        if who != name:
+            continue
+        # uv also says "we can conclude that you require DEP<its spec>": the stack's own is
+        # the other one
+        said = (w.rstrip(".,") for w in text.split("you require ")[1:])
+        held = [r.split()[0].rstrip(".,") for r in said if re.match(rf"{dep}(?![\w.-])", r)]
+        held = [h for h in held if h != f"{dep}{spec}"]
+        if held:
+            found.append(f"{who}{version} requires {dep}{spec}, the stack holds {held[0]}")
     return tuple(dict.fromkeys(found))
 
 
@@ -228,7 +234,7 @@ class Scan:
             f"for torch {torch}: {name} {newest}, its newest, requires torch{spec}, and {name} "
             f"{locked} accepts torch {torch} only by naming no upper bound. {name} {newest} "
             f"cannot be had with the rest: {'; '.join(holders)}. What would: {name}=={newest} "
-            f"with that requirement changed, or {name} left out"
+            f"with that requirement changed to allow torch{spec}, or {name} left out"
         )
 
     def _held(self, name: str, pins: dict[str, str], newest: str) -> HeldBack:

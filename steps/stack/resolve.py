@@ -33,7 +33,7 @@ from packaging.version import Version
 from steps import tomlcompat as tomllib
 from steps.accounts import Account, lookup_account
 from steps.answers import Answers
-from steps.errors import InputError
+from steps.errors import InputError, show_value
 from steps.facts import Facts
 from steps.plan import Action
 from steps.rootfs import RootFS
@@ -193,7 +193,7 @@ class Resolution:
                     partial(self._probe, build=build, python=python.version),
                     ask.requirements,
                     [n for r in self.answers.torch.packages if (n := _may_walk_back(r))],
-                    f"torch.packages {self.answers.torch.packages}",
+                    _asked(self.answers),
                 )
                 text, held = scan.settle(compiled.text)
                 return self._lock_from(text, build, python, attempts, held)
@@ -464,6 +464,14 @@ def _followers(pins: Pins) -> set[str]:
                 follow.add(name)
                 changed = True
     return follow
+
+
+def _asked(answers: Answers) -> str:
+    """The answers that decide the stack, as a refusal names them."""
+    pinned = answers.torch.version
+    return f"torch.packages {answers.torch.packages}" + (
+        f" with torch.version = {show_value(pinned)}" if pinned != "auto" else ""
+    )
 
 
 def _may_walk_back(req: str) -> str:
