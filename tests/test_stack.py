@@ -535,10 +535,12 @@ def test_a_release_older_than_the_torch_its_releases_are_made_for_is_refused_nam
     server: FakeServer,
 ):
     """torch pinned to 2.11.0; `servelike` 2.0, its newest, requires torch==2.10.0 (on the same
-    build's index), and 1.0 names no bound on torch, so uv locks 1.0: a release from before the ones made for torch
-    2.11 (vllm 0.1.2 beside torch 2.15.0 in issue 31), which "accepts" it only by naming none.
-    Refused at plan naming both releases, the conflict and what would work; apply runs
-    nothing."""
+    build's index), and 1.0 names no bound on torch, so uv locks 1.0: a release from before
+    the ones made for torch 2.11 (vllm 0.1.2 beside torch 2.15.0 in issue 31), which "accepts"
+    it only by naming none. Refused at plan naming the pin, both releases, the conflict and
+    what would work; apply runs nothing. (The recorded PyPI copy cannot show it: vllm 0.1.x
+    publish only sdists whose metadata needs torch and nvcc to build, and require xformers
+    releases the copy lacks; a local index can.)"""
     index = setup(server)
     index.add_torch("2.10.0", "cu130", "13.0")
     index.add("pypi", "servelike", "1.0", requires=("torch",))
