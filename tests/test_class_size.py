@@ -16,9 +16,6 @@ LIMIT = 300
 STILL_OVER = {
     # the Run screen's log, progress and follow-up keys in one class (issue 35: RunScreen 366)
     "app/tui/screens/run.py:RunScreen": 366,
-    # the stack's resolution and its checks; its extension-release check is moving out on
-    # another branch (issue 31), so it is not split here (issue 35)
-    "steps/stack/resolve.py:Resolution": 310,
 }
 
 
