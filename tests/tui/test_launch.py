@@ -40,14 +40,11 @@ NOT_FOR_THE_FIRST_SCREEN = (
 
 
 def test_the_first_screen_imports_no_planner_probe_or_model():
-    code = (
-        "import json, sys\nimport app.cli, app.tui.app\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
-    )
+    code = "import json, sys\nimport app.cli, app.tui.app\nprint(json.dumps(sorted(sys.modules)))\n"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
-    loaded = set(json.loads(run.stdout))
-    assert not loaded & set(NOT_FOR_THE_FIRST_SCREEN), sorted(loaded & set(NOT_FOR_THE_FIRST_SCREEN))
+    early = set(json.loads(run.stdout)) & set(NOT_FOR_THE_FIRST_SCREEN)
+    assert not early, sorted(early)
 
 
 @dataclass(frozen=True)
