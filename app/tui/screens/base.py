@@ -125,7 +125,8 @@ class WizardScreen(Screen):
         return []
 
     def app_hints(self, typing: bool) -> list[KeyHint]:
-        return [("^s", "save"), ("F1" if typing else "?", "help"), ("^q", "quit")]
+        save: list[KeyHint] = [("^s", "save")] if self.wizard.loaded else []  # no answers yet
+        return [*save, ("F1" if typing else "?", "help"), ("^q", "quit")]
 
     def refresh_keys(self) -> None:
         for bar in self.query(KeyBar):
