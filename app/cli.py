@@ -10,18 +10,22 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from steps.answers import Answers, load_answers
+from steps.assetdir import ASSETS_DIR
 from steps.errors import InputError, MlsetupError, input_kind, refusal
 from steps.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, MEANINGS
-from steps.facts import Facts, load_facts
-from steps.knowledge import ASSETS_DIR, use_root
-from steps.plan import Plan
-from steps.planner import resolve_and_plan
+from steps.machineroot import use_root
 from steps.printable import printable
 from steps.rootfs import RootFS
 from steps.settings import settings
+
+# Each command imports what it uses: the wizard's first screen is drawn before the models,
+# the tables and the planners are loaded (app.tui.app).
+if TYPE_CHECKING:
+    from steps.answers import Answers
+    from steps.facts import Facts
+    from steps.plan import Plan
 
 # The options that mean the same before or after the subcommand, with their defaults. They are
 # declared once, with no default (SUPPRESS), on the top-level parser and on every subparser:
@@ -168,6 +172,8 @@ def _version() -> str:
 
 
 def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
+    from steps.facts import load_facts
+    from steps.planner import resolve_and_plan
     from steps.probe import probe
 
     fs = RootFS(args.root)
@@ -180,6 +186,7 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 
 def _lock(args: argparse.Namespace, answers: Answers) -> int:
     """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
+    from steps.facts import load_facts
     from steps.probe import probe
     from steps.safefs import replace_file
     from steps.stack.obtain import lock_ahead
@@ -214,6 +221,10 @@ def run(argv: list[str]) -> int:
     if not args.root.is_dir():
         raise InputError(f"--root {str(args.root)!r}: not a directory", kind="usage")
     use_root(args.root)  # the operator's recipes are read from under --root
+    if args.command is None:
+        from app.tui import wizard
+
+        return wizard(args)
     from app.console import facts_text, plan_text
 
     if args.command == "probe":
@@ -224,6 +235,8 @@ def run(argv: list[str]) -> int:
             result.facts.to_json() if args.json else facts_text(result.facts, result.notes)
         )
         return EXIT_OK
+    from steps.answers import Answers, load_answers
+
     if args.command == "answers":
         if not args.schema:
             _parser().parse_args(["answers", "--help"])  # prints the help, exits 0
@@ -237,10 +250,6 @@ def run(argv: list[str]) -> int:
         from app.apply import attach
 
         return attach(RootFS(args.root))
-    if args.command is None:
-        from app.tui import wizard
-
-        return wizard(args)
     answers = load_answers(args.answers)
     if args.command == "lock":
         return _lock(args, answers)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from steps.answers import Answers
 from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
+from steps.assetdir import ASSETS_DIR
 from steps.choices import Choices
 from steps.facts import Facts
-from steps.knowledge import ASSETS_DIR, knowledge
+from steps.knowledge import knowledge
 from steps.plan import Action, Outcome, pending, satisfied
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/mlsetup-blacklist-nouveau.conf"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+if TYPE_CHECKING:  # pydantic is imported where a model is: the wizard's first screen has none
+    from pydantic import BaseModel, ValidationError
+    from pydantic_core import ErrorDetails
 
 from steps.exitcodes import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_INPUT, EXIT_NEEDS_ROOT
 
@@ -107,12 +108,14 @@ def describe_validation_error(origin: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 
 def validate_strict(model: type[M], data: Any, origin: str) -> M:
     """`data` (parsed JSON or TOML) as `model`, strictly: those formats have real types, so
     `true` is not 1 and "16" is not a count; any problem is an InputError naming the key."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(data, strict=True)
     except ValidationError as exc:

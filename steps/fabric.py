@@ -19,9 +19,10 @@ from typing import Literal
 from steps import driver
 from steps.answers import Answers
 from steps.apt import apt_install, no_repo_reason, nvidia_repo_actions
+from steps.assetdir import ASSETS_DIR
 from steps.choices import Choices
 from steps.facts import DaemonName, Facts
-from steps.knowledge import ASSETS_DIR, knowledge
+from steps.knowledge import knowledge
 from steps.plan import Action, Outcome, pending, satisfied
 
 Board = Literal["nvswitch", "nvl-tray", "none", "unknown"]

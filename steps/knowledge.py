@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 from functools import cache
-from importlib import resources
-from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from steps.assetdir import ASSETS_DIR
 from steps.errors import input_kind
+from steps.machineroot import forget_on_new_root, machine_root
 from steps.recipes import ExtensionRecipe, read_recipe_dir, read_recipe_file
 from steps.settings import settings
 from steps.tables import (
@@ -31,13 +31,7 @@ from steps.tables import (
 )
 from steps.units import MiB
 
-# The `assets` package wherever mlsetup is installed (wheel, sdist, editable). pip and uv never
-# install it zipped, so its resources are files on disk: the driver step hands one to `install`
-# and Textual reads the stylesheet by path.
-ASSETS_DIR = Path(str(resources.files("assets")))
-
-
-__all__ = ["ExtensionRecipe", "Knowledge", "knowledge", "machine_root", "use_root"]
+__all__ = ["ExtensionRecipe", "Knowledge", "knowledge"]
 
 
 @dataclass(frozen=True)
@@ -259,20 +253,6 @@ class Knowledge:
 
 
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
-_root = Path("/")
-
-
-def machine_root() -> Path:
-    """The machine's / as the CLI was told it (--root)."""
-    return _root
-
-
-def use_root(root: Path) -> None:
-    """Resolve the operator's recipe directory under `root` (the CLI's --root) from now on."""
-    global _root
-    if root != _root:
-        _root = root
-        knowledge.cache_clear()
 
 
 @input_kind("recipes")
@@ -281,14 +261,15 @@ def _recipes() -> dict[str, ExtensionRecipe]:
     a later file's recipe replaces an earlier one of the same name)."""
     recipes = read_recipe_file(ASSETS_DIR / "extensions.toml")
     explicit = settings().extensions_dir  # MLSETUP_EXTENSIONS_DIR, validated there
-    directory = explicit or _root / EXTRA_RECIPES_DIR.lstrip("/")
+    directory = explicit or machine_root() / EXTRA_RECIPES_DIR.lstrip("/")
     recipes.update(read_recipe_dir(directory, explicit=explicit is not None))
     return recipes
 
 
 @cache
 def knowledge() -> Knowledge:
-    """All of assets/, typed and validated (steps.tables). Loaded once per process."""
+    """All of assets/, typed and validated (steps.tables). Loaded once per process (and
+    again under a new --root: steps.machineroot)."""
     cuda = load_table("cuda.toml", CudaTable)
     torch = load_table("torch.toml", TorchTable)
     driver = load_table("driver.toml", DriverTable)
@@ -342,3 +323,6 @@ def knowledge() -> Knowledge:
         pythons=tuple(p.version for p in load_table("pythons.toml", PythonsTable).python),
         fabric=load_table("fabric.toml", FabricTable),
     )
+
+
+forget_on_new_root(knowledge.cache_clear)  # the operator's recipes are read under the root

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steps.stepnames import registered_step_names
+
 PLAN_SCHEMA: Final = "mlsetup.plan/1"
 
 
-# The registry's step names, for the JSON schemas of Plan and Report (steps.registry hands
-# them over when it is loaded: the registry imports the step modules, which import this).
-_step_names: list[Callable[[], Sequence[str]]] = []
-
-
-def name_the_steps(names: Callable[[], Sequence[str]]) -> None:
-    _step_names[:] = [names]
-
-
 def _step_name_schema(schema: dict[str, Any]) -> None:
-    schema["enum"] = [name for names in _step_names for name in names()]
+    schema["enum"] = registered_step_names()
 
 
 # A step's name: the planner stamps each step with its registry entry's name (docs/formats.md

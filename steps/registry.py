@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from steps import driver, extensions, fabric, toolkit
-from steps import venv as venv_step
-from steps.answers import Answers
-from steps.choices import Choices
-from steps.facts import Facts
-from steps.plan import Outcome, name_the_steps
-from steps.venvstate import VenvState
+from steps.stepnames import name_the_steps
+
+if TYPE_CHECKING:
+    from steps.answers import Answers
+    from steps.choices import Choices
+    from steps.facts import Facts
+    from steps.plan import Outcome
+    from steps.venvstate import VenvState
 
 StepKind = Literal["changes", "checks"]
 
@@ -68,48 +69,112 @@ class StepSpec:
         return self.kind == "changes"
 
 
+# Each step's module is imported when it first plans, not with the registry: the wizard's trail
+# reads the names here, and its first screen is drawn before anything is planned.
+
+
+def _driver_plan(i: PlanInputs) -> Outcome:
+    from steps import driver
+
+    return driver.plan(i.facts, i.answers, i.choices)
+
+
+def _driver_leaves(i: PlanInputs) -> list[str]:
+    from steps import driver
+
+    return driver.leaves(i.choices)
+
+
+def _fabric_plan(i: PlanInputs) -> Outcome:
+    from steps import fabric
+
+    return fabric.plan(i.facts, i.answers, i.choices)
+
+
+def _fabric_leaves(i: PlanInputs) -> list[str]:
+    from steps import fabric
+
+    return fabric.leaves(i.facts, i.answers, i.choices)
+
+
+def _toolkit_plan(i: PlanInputs) -> Outcome:
+    from steps import toolkit
+
+    return toolkit.plan(i.facts, i.answers, i.choices)
+
+
+def _toolkit_leaves(i: PlanInputs) -> list[str]:
+    from steps import toolkit
+
+    return toolkit.leaves(i.facts, i.choices)
+
+
+def _venv_plan(i: PlanInputs) -> Outcome:
+    from steps import venv
+
+    return venv.plan(i.facts, i.answers, i.choices, i.venv)
+
+
+def _venv_leaves(i: PlanInputs) -> list[str]:
+    from steps import venv
+
+    return venv.leaves(i.choices)
+
+
+def _extensions_plan(i: PlanInputs) -> Outcome:
+    from steps import extensions
+
+    return extensions.plan(i.facts, i.answers, i.choices, i.venv, i.wheels)
+
+
+def _extensions_leaves(i: PlanInputs) -> list[str]:
+    from steps import extensions
+
+    return extensions.leaves(i.choices)
+
+
 STEPS: tuple[StepSpec, ...] = (
     StepSpec(
         "driver",
         "NVIDIA driver",
-        lambda i: driver.plan(i.facts, i.answers, i.choices),
+        _driver_plan,
         "app.tui.controllers.driver:DriverController",
-        lambda i: driver.leaves(i.choices),
+        _driver_leaves,
         answers="driver",
         system_changes=frozenset({"repo-setup", "config-file", "initramfs"}),
     ),
     StepSpec(
         "fabric",
         "NVSwitch fabric and GPU daemons",
-        lambda i: fabric.plan(i.facts, i.answers, i.choices),
+        _fabric_plan,
         None,
-        lambda i: fabric.leaves(i.facts, i.answers, i.choices),
+        _fabric_leaves,
         answers="driver",  # driver.action skip skips it; its branch is the driver's
         system_changes=frozenset({"repo-setup", "config-file", "load-driver", "service"}),
     ),
     StepSpec(
         "toolkit",
         "CUDA toolkit(s)",
-        lambda i: toolkit.plan(i.facts, i.answers, i.choices),
+        _toolkit_plan,
         "app.tui.controllers.toolkit:ToolkitController",
-        lambda i: toolkit.leaves(i.facts, i.choices),
+        _toolkit_leaves,
         answers="toolkit",
         system_changes=frozenset({"repo-setup"}),
     ),
     StepSpec(
         "venv",
         "Python venv with PyTorch",
-        lambda i: venv_step.plan(i.facts, i.answers, i.choices, i.venv),
+        _venv_plan,
         "app.tui.controllers.venv:VenvController",
-        lambda i: venv_step.leaves(i.choices),
+        _venv_leaves,
         answers="venv",
     ),
     StepSpec(
         "extensions",
         "CUDA extensions",
-        lambda i: extensions.plan(i.facts, i.answers, i.choices, i.venv, i.wheels),
+        _extensions_plan,
         "app.tui.controllers.extensions:ExtensionsController",
-        lambda i: extensions.leaves(i.choices),
+        _extensions_leaves,
         answers="extensions",
         builds_extensions=True,
     ),

@@ -14,13 +14,13 @@ from pathlib import Path
 from steps import activate
 from steps.actions import ActionRunner, Execute
 from steps.applyrun import ApplyRun, Fault
+from steps.assetdir import ASSETS_DIR
 from steps.choices import choose
 from steps.diagnose import Diagnosis, failed_url, held_up
 from steps.errors import InputError, Refused
 from steps.events import Notice
 from steps.exitcodes import EXIT_FAILED, EXIT_INPUT
 from steps.facts import Facts
-from steps.knowledge import ASSETS_DIR
 from steps.nextcommands import RESUME_COMMAND, answers_command, answers_file
 from steps.plan import Action
 from steps.runner import Result

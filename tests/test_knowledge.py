@@ -13,8 +13,9 @@ import pytest
 from packaging.version import Version
 
 from steps import tables
+from steps.assetdir import ASSETS_DIR
 from steps.errors import InputError
-from steps.knowledge import ASSETS_DIR, knowledge
+from steps.knowledge import knowledge
 from tests.common import MACHINES, REPO, run_cli
 
 REQUIRED_GPUS = [

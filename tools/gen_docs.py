@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.cli import _parser, _version  # noqa: E402
-from steps.knowledge import ASSETS_DIR  # noqa: E402
+from steps.assetdir import ASSETS_DIR  # noqa: E402
 from steps.settings import KNOWN  # noqa: E402
 
 BASH = REPO / "assets" / "completion" / "mlsetup.bash"

@@ -6,11 +6,9 @@ import argparse
 
 
 def wizard(args: argparse.Namespace) -> int:
-    """Open the wizard for the CLI's top-level flags: --answers, --facts, --dry-run, --root."""
+    """Open the wizard for the CLI's top-level flags: --answers, --facts, --dry-run, --root.
+    Its first screen is drawn before the machine is probed (app.tui.launch)."""
     from app.tui.app import run_wizard
-    from app.tui.session import Session
+    from app.tui.launch import Launch
 
-    session = Session.load(
-        root=args.root, answers=args.answers, facts=args.facts, dry_run=args.dry_run
-    )
-    return run_wizard(session)
+    return run_wizard(Launch(args.root, args.answers, args.facts, args.dry_run))

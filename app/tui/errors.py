@@ -9,8 +9,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.tui.session import Session
+from app.tui.launch import Launch
 from steps.paths import Paths
+from steps.rootfs import RootFS
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,9 @@ class WizardError:
         return out
 
 
-def _error_dir(session: Session) -> Path:
+def _error_dir(launch: Launch) -> Path:
     """Root writes beside the engine's logs; anyone else in their own cache directory."""
-    logs = Paths(session.fs).log_dir
+    logs = Paths(RootFS(launch.root)).log_dir
     if os.access(logs, os.W_OK):
         return logs
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlsetup"
@@ -48,25 +49,28 @@ def _write(path: Path, text: str) -> None:
         out.write(text)
 
 
-def record(session: Session, error: BaseException) -> WizardError:
+def record(launch: Launch, answers_toml: str | None, error: BaseException) -> WizardError:
+    """`answers_toml`: the answers as the wizard has them (None: not loaded yet, the launch's
+    answers file is the one to run again with)."""
     what = f"{type(error).__name__}: {error}".strip()
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     log = answers = None
     try:
-        where = _error_dir(session)
+        where = _error_dir(launch)
         log = where / f"wizard-error-{stamp}.log"
         _write(log, "".join(traceback.format_exception(error)))
-        saved = where / f"wizard-answers-{stamp}.toml"
-        _write(saved, session.answers.to_toml())
-        answers = saved
+        if answers_toml is not None:
+            saved = where / f"wizard-answers-{stamp}.toml"
+            _write(saved, answers_toml)
+            answers = saved
     except OSError:
         pass
     flags = []
-    if session.dry_run:
+    if launch.dry_run:
         flags.append("--dry-run")
-    if session.facts_file is not None:
-        flags += ["--facts", str(session.facts_file)]
-    if answers is not None:
-        flags += ["--answers", str(answers)]
-    command = " ".join(["mlsetup" if session.dry_run else "sudo mlsetup", *flags])
+    if launch.facts_file is not None:
+        flags += ["--facts", str(launch.facts_file)]
+    if answers is not None or launch.answers_file is not None:
+        flags += ["--answers", str(answers or launch.answers_file)]
+    command = " ".join(["mlsetup" if launch.dry_run else "sudo mlsetup", *flags])
     return WizardError(what=what, log=log, answers=answers, next=command)

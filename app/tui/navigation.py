@@ -4,16 +4,15 @@ Review), each recomputed from the answers when it is shown again."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from app.tui.runmodel import RunModel
-from app.tui.screens.base import WizardScreen
-from app.tui.screens.machine import MachineScreen
-from app.tui.screens.review import ReviewScreen
-from app.tui.screens.step import StepScreen
-from app.tui.screens.summary import SummaryScreen
 from app.tui.trail import answers_screen, jumps
+
+if TYPE_CHECKING:
+    from app.tui.runmodel import RunModel
+    from app.tui.screens.base import WizardScreen
 
 
 class Navigator:
@@ -28,9 +27,18 @@ class Navigator:
 
     @staticmethod
     def make_screen(step: str) -> WizardScreen:
+        # imported when first shown: the wizard's first screen is drawn without them
         if step == "machine":
+            from app.tui.screens.machine import MachineScreen
+
             return MachineScreen()
-        return ReviewScreen() if step == "review" else StepScreen(step)
+        if step == "review":
+            from app.tui.screens.review import ReviewScreen
+
+            return ReviewScreen()
+        from app.tui.screens.step import StepScreen
+
+        return StepScreen(step)
 
     def next_from(self, where: str) -> None:
         order = jumps()
@@ -73,4 +81,6 @@ class Navigator:
             self.jump(answers_screen(failed.step))
 
     def show_summary(self) -> None:
+        from app.tui.screens.summary import SummaryScreen
+
         self.app.push_screen(SummaryScreen())

@@ -4,11 +4,13 @@ against these, not against `WizardApp`, which imports every screen (no import ci
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from app.tui.glyphs import Glyphs
-from app.tui.runmodel import RunModel
-from app.tui.session import Session
+if TYPE_CHECKING:  # the first screen is drawn before these are imported (app.tui.app)
+    from app.tui.glyphs import Glyphs
+    from app.tui.launch import Launch
+    from app.tui.runmodel import RunModel
+    from app.tui.session import Session
 
 
 class Navigation(Protocol):
@@ -25,11 +27,14 @@ class Runs(Protocol):
 
 
 class Wizard(Protocol):
-    session: Session
+    launch: Launch  # what the command line said: all there is before `loaded`
+    session: Session  # once `loaded`
     glyphs: Glyphs
     clock: Callable[[], float]  # what "running 2m10s" counts from (tests pin it)
     save_path: str  # the file the answers were saved to last ("": not yet)
 
+    @property
+    def loaded(self) -> bool: ...
     @property
     def model(self) -> RunModel: ...
     @property

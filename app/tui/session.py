@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from app.tui.launch import machine_label
 from steps.answers import Answers, load_answers
 from steps.asaccount import call_as
 from steps.choices import Choices, choose
@@ -204,9 +205,7 @@ class Session:
 
     @property
     def machine_label(self) -> str:
-        if self.facts_file is not None:
-            return self.facts_file.name
-        return "this machine" if self.fs.is_host else f"the machine under {self.fs.root}"
+        return machine_label(self.facts_file, self.fs.root)
 
     # -- editing the answers ------------------------------------------------------------------
 

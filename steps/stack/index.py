@@ -15,7 +15,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from steps.answers import Answers
-from steps.knowledge import knowledge, machine_root
+from steps.knowledge import knowledge
+from steps.machineroot import machine_root
 from steps.stack.uvconfig import configured_index
 
 # uv takes a named index's credentials from UV_INDEX_<NAME>_USERNAME/_PASSWORD (uv docs,

@@ -15,7 +15,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Select, Static
 
-from app.tui.controllers import SummaryController
 from app.tui.protocols import Wizard
 from app.tui.screens.modals import SaveScreen
 from app.tui.trail import jump_keys, jumps
@@ -71,6 +70,8 @@ class WizardScreen(Screen):
     def _inputs(self) -> tuple[str, bool, str | None]:
         """What the body is computed from: the answers, and whether their stack is known
         (or refused, and why)."""
+        if not self.wizard.loaded:
+            return ("", False, None)
         s = self.wizard.session
         return (s.answers.model_dump_json(), s.stack() is not None, s.stack_refused())
 
@@ -111,7 +112,9 @@ class WizardScreen(Screen):
         elif self.can_go_back():
             out.append(("Esc", "back"))
         out.append(("Tab", "next"))
-        if self.wizard.nav.can_jump():  # in a text box a digit is typed: alt+digit jumps
+        if (
+            self.wizard.loaded and self.wizard.nav.can_jump()
+        ):  # in a text box a digit is typed: alt+digit jumps
             out.append((f"M-{jump_keys()}" if typing else jump_keys(), "step"))
         if any(body.max_scroll_y > 0 for body in self.query("#body")):
             out.append(("PgDn", "page"))
@@ -122,7 +125,8 @@ class WizardScreen(Screen):
         return []
 
     def app_hints(self, typing: bool) -> list[KeyHint]:
-        return [("^s", "save"), ("F1" if typing else "?", "help"), ("^q", "quit")]
+        save: list[KeyHint] = [("^s", "save")] if self.wizard.loaded else []  # no answers yet
+        return [*save, ("F1" if typing else "?", "help"), ("^q", "quit")]
 
     def refresh_keys(self) -> None:
         for bar in self.query(KeyBar):
@@ -200,7 +204,11 @@ class WizardScreen(Screen):
         if action == "back":
             return self.can_go_back()
         if action == "jump_to":
-            return self.wizard.nav.can_jump() and int(str(parameters[0])) <= len(jumps())
+            return (
+                self.wizard.loaded
+                and self.wizard.nav.can_jump()
+                and int(str(parameters[0])) <= len(jumps())
+            )
         return True
 
     def action_back(self) -> None:
@@ -219,8 +227,10 @@ class WizardScreen(Screen):
     def action_save_answers(self) -> None:
         """ctrl+s: the answers to a file the operator names (a failure stays in the dialog),
         what is typed in a field entered first: what is saved is what is shown."""
-        if not self.accept_typed():
-            return
+        if not self.wizard.loaded or not self.accept_typed():
+            return  # nothing to save before the answers are read
+        from app.tui.controllers import SummaryController
+
         controller = SummaryController(self.wizard.session, self.wizard.model)
         dialog = SaveScreen(controller.save, self.wizard.save_path)
 

@@ -1,6 +1,9 @@
-"""Machine: what the probe found, and every warning in plain words."""
+"""Machine: what the probe found, and every warning in plain words. The wizard's first screen:
+drawn "probing" before the session is loaded (app.tui.app), then filled in."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -8,10 +11,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
-from app.machine_summary import rows_text
-from app.tui.controllers import MachineController
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import MarkedLines, Section
+
+if TYPE_CHECKING:
+    from app.tui.controllers.machine import MachineController
+
+PROBING = "probing the machine, reading the answers and planning{more}"
 
 
 class MachineScreen(WizardScreen):
@@ -21,15 +27,30 @@ class MachineScreen(WizardScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.controller = MachineController(self.wizard.session)
+        self._controller: MachineController | None = None
+
+    @property
+    def controller(self) -> MachineController:
+        if self._controller is None:  # the session is loaded by the time it is asked
+            from app.tui.controllers.machine import MachineController
+
+            self._controller = MachineController(self.wizard.session)
+        return self._controller
 
     def heading(self) -> str:
-        return f"What the probe found on {self.wizard.session.machine_label}"
+        return f"What the probe found on {self.wizard.launch.machine_label}"
 
     def help_text(self) -> str:
+        if not self.wizard.loaded:
+            return PROBING.format(more="; this screen fills in when that is done.").capitalize()
         return self.controller.help()
 
     def body(self) -> ComposeResult:
+        if not self.wizard.loaded:
+            yield from self._probing()
+            return
+        from app.machine_summary import rows_text
+
         g = self.wizard.glyphs
         rows = self.controller.rows(times=g["times"])
         table = rows_text(rows, width=max(len(k) for k, _ in rows) + 2)
@@ -47,6 +68,19 @@ class MachineScreen(WizardScreen):
         with Horizontal(id="buttons"):
             yield Button("Continue", id="next", variant="primary")
 
+    def _probing(self) -> ComposeResult:
+        """Before the session is loaded: what is going on, and no Continue to press yet."""
+        text = PROBING.format(more=self.wizard.glyphs["more"])
+        with Body(id="body"):
+            yield Section("Machine", Static(text, id="facts", markup=False))
+        with Horizontal(id="buttons"):
+            yield Button("Continue", id="next", variant="primary", disabled=True)
+
+    async def loaded(self) -> None:
+        """The session is loaded: the facts and warnings in place of "probing"."""
+        await self._recompute(keep_focus=False)
+
     @on(Button.Pressed, "#next")
     def action_next(self) -> None:
-        self.wizard.nav.next_from("machine")
+        if self.wizard.loaded:
+            self.wizard.nav.next_from("machine")

@@ -13,7 +13,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from app.tui.session import default_save_path
 from app.tui.trail import jump_keys
 from app.tui.widgets.fields import MarkedLines
 
@@ -281,6 +280,8 @@ class SaveScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
 
     def __init__(self, save: Callable[[str], tuple[Path | None, str]], path: str = "") -> None:
+        from app.tui.session import default_save_path  # not needed by the first screen
+
         super().__init__()
         self.save = save
         self.path = path or default_save_path()
