@@ -55,7 +55,9 @@ class WizardApp(App[int]):
     BINDINGS = [  # noqa: RUF012
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("f1", "help", "Help", show=False),
-        Binding("ctrl+s", "save_answers", "Save answers", show=False),
+        # priority: handled in turn with the keys typed after it (not once it has bubbled up
+        # from the focused field, when those keys have gone to that field already)
+        Binding("ctrl+s", "save_answers", "Save answers", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -244,9 +246,9 @@ class WizardApp(App[int]):
             return
         self.nav.rebuild(where if where in jumps() else "review")
 
-    def action_save_answers(self) -> None:
+    async def action_save_answers(self) -> None:
         if isinstance(self.screen, WizardScreen):  # not over a dialog
-            self.screen.action_save_answers()
+            await self.screen.action_save_answers()
 
     def on_run_screen_ended(self, message: RunScreen.Ended) -> None:
         self.runs.finished(message.event)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from textual import events
 from textual.widgets import Input
 
 from app.tui.app import WizardApp
@@ -208,3 +209,26 @@ async def test_mixed_gpu_generations_warn_on_machine_and_review(tmp_path):
             ), step
             assert "built for all of them (compute 8.0, 8.9)" in text
             assert "the smallest memory, 24 GiB each" in text
+
+
+def typed_at_once(app: WizardApp, *keys: str) -> None:
+    """Keys as a terminal hands them over when typed fast (or pasted by tmux): all of them in
+    the app's queue before it handles the first, none waiting for the screen the first opens."""
+    for key in keys:
+        app.post_message(events.Key(key, key if len(key) == 1 else None))
+
+
+async def test_keys_typed_right_after_ctrl_s_go_into_the_save_dialogs_field(tmp_path):
+    """The file went to `puless-ctrl-s.toml`: the first keys typed after ctrl+s went to the
+    field under the dialog (or nowhere) while the dialog was opening."""
+    target = tmp_path / "typed.toml"
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "venv")
+        packages = box(app, "torch.packages")
+        await type_into(pilot, packages, "vllm")
+        typed_at_once(app, "ctrl+s", *str(target), "enter")
+        await wait_until(pilot, target.exists, what="the file typed into Save")
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "venv")
+        assert box(app, "torch.packages").value == "vllm"
+        assert 'packages = ["vllm"]' in target.read_text()

@@ -224,9 +224,10 @@ class WizardScreen(Screen):
         if self.accept_typed():
             self.wizard.nav.jump(jumps()[key - 1])
 
-    def action_save_answers(self) -> None:
+    async def action_save_answers(self) -> None:
         """ctrl+s: the answers to a file the operator names (a failure stays in the dialog),
-        what is typed in a field entered first: what is saved is what is shown."""
+        what is typed in a field entered first: what is saved is what is shown. The dialog is
+        waited for until its field has the focus: the keys typed meanwhile go there."""
         if not self.wizard.loaded or not self.accept_typed():
             return  # nothing to save before the answers are read
         from app.tui.controllers import SummaryController
@@ -239,4 +240,4 @@ class WizardScreen(Screen):
                 self.wizard.save_path = dialog.path  # the next save offers the same file
                 self.notify(text, timeout=8)
 
-        self.app.push_screen(dialog, saved)
+        await self.app.push_screen(dialog, saved)

@@ -278,6 +278,9 @@ class SaveScreen(ModalScreen[str | None]):
     only when the operator says so; on success the dialog closes with what to say."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]  # noqa: RUF012
+    # focused as soon as it is composed (not from on_mount, through the app's queue): ctrl+s
+    # waits for the mount, so the keys typed meanwhile go to the field
+    AUTO_FOCUS = "#save-path"
 
     def __init__(self, save: Callable[[str], tuple[Path | None, str]], path: str = "") -> None:
         from app.tui.session import default_save_path  # not needed by the first screen
@@ -304,9 +307,6 @@ class SaveScreen(ModalScreen[str | None]):
             yield Static(
                 "Enter saves \N{MIDDLE DOT} Esc cancels", classes="dialog-hint", markup=False
             )
-
-    def on_mount(self) -> None:
-        self.query_one("#save-path", Input).focus()
 
     @on(Button.Pressed, "#save")
     @on(Input.Submitted, "#save-path")
