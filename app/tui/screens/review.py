@@ -22,7 +22,6 @@ class ReviewScreen(WizardScreen):
     AUTO_FOCUS = "#next, #save"  # Save answers when this session cannot apply
     BINDINGS = [  # noqa: RUF012
         Binding("enter", "next", "Run it"),
-        Binding("ctrl+s", "app.save_answers", "Save answers"),
     ]
 
     def __init__(self) -> None:
@@ -91,8 +90,8 @@ class ReviewScreen(WizardScreen):
         self.wizard.runs.ask_to_apply()
 
     @on(Button.Pressed, "#save")
-    def _save(self) -> None:
-        self.action_save_answers()
+    async def _save(self) -> None:
+        await self.action_save_answers()
 
     @on(Button.Pressed, "#back")
     def _back(self) -> None:

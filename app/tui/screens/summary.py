@@ -20,7 +20,6 @@ class SummaryScreen(WizardScreen):
     STEP = "summary"
     AUTO_FOCUS = "#save"
     BINDINGS = [  # noqa: RUF012
-        Binding("ctrl+s", "save", "Save answers"),
         Binding("r", "retry", "Change an answer and retry"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
@@ -104,6 +103,10 @@ class SummaryScreen(WizardScreen):
         raw = self.query_one("#save-path", Input).value
         _, text = self.controller.save(raw)
         self.query_one("#saved", Static).update(text)
+
+    async def action_save_answers(self) -> None:
+        """ctrl+s saves to the file named in the Summary's own row (no dialog over it)."""
+        self.action_save()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "retry":
