@@ -9,11 +9,14 @@ import json
 
 import pytest
 from textual import events
+from textual.geometry import Region
+from textual.screen import Screen
 from textual.widgets import Input
 
 from app.tui.app import WizardApp
 from app.tui.screens.modals import HelpScreen, SaveScreen
 from app.tui.session import Session
+from app.tui.widgets.keybar import KeyBar
 from app.tui.widgets.plan import CommandText
 from tests.tui.helpers import dry_session, empty_root, machine, shown, wait_until
 from tests.tui.test_wizard_80x24 import FRESH, RTX, box, field, goto, keys_line, type_into
@@ -232,3 +235,30 @@ async def test_keys_typed_right_after_ctrl_s_go_into_the_save_dialogs_field(tmp_
         await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "venv")
         assert box(app, "torch.packages").value == "vllm"
         assert 'packages = ["vllm"]' in target.read_text()
+
+
+async def test_the_key_bar_offers_pgdn_in_the_first_frame_of_a_long_screen():
+    """`PgDn page` was missing from the first view of a long screen and came only with a
+    redraw: the bar was filled in before the screen's first layout, when nothing scrolled."""
+    app = WizardApp(dry_session(RTX))
+    first: dict[str, tuple[bool, str]] = {}  # each screen's first frame: scrolls?, the bar
+
+    def drawn(screen: Screen) -> None:
+        step = getattr(screen, "STEP", "")
+        if not screen.is_current or step in first or not screen.query("#body"):
+            return
+        bar = screen.query_one(KeyBar)
+        row = bar.render_lines(Region(0, 0, bar.size.width, 1))[0]
+        first[step] = (screen.query_one("#body").max_scroll_y > 0, row.text)
+
+    def pushed(screen: Screen) -> None:
+        screen.screen_layout_refresh_signal.subscribe(app, drawn, immediate=True)
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.screen_change_signal.subscribe(app, pushed, immediate=True)
+        for step in ("venv", "review"):  # longer than 80x24 on this machine
+            await goto(pilot, step)
+            await wait_until(pilot, lambda s=step: s in first, what=f"{step}'s first frame")
+            scrolls, bar = first[step]
+            assert scrolls, step
+            assert "PgDn page" in bar, (step, bar)

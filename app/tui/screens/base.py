@@ -80,7 +80,7 @@ class WizardScreen(Screen):
         yield Trail(self.STEP, self.wizard.glyphs, id="trail")
         yield Static(self._heading_text(), id="heading", markup=False)
         yield from self.body()
-        yield KeyBar(id="keys")
+        yield KeyBar(self.key_hints, id="keys")
 
     def _heading_text(self) -> str:
         mode = self.wizard.mode_label()
@@ -130,7 +130,7 @@ class WizardScreen(Screen):
 
     def refresh_keys(self) -> None:
         for bar in self.query(KeyBar):
-            bar.show(self.key_hints())
+            bar.show()
 
     def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
         self.call_after_refresh(self.refresh_keys)
@@ -151,8 +151,6 @@ class WizardScreen(Screen):
     def on_mount(self) -> None:
         self.focus_default()
         self.bindings_updated_signal.subscribe(self, lambda _screen: self.refresh_keys())
-        self.refresh_keys()  # in the first frame, then again once the focus has settled
-        self.call_after_refresh(self.refresh_keys)
 
     def focus_default(self) -> None:
         for button in self.query("#next"):
