@@ -262,3 +262,32 @@ async def test_the_key_bar_offers_pgdn_in_the_first_frame_of_a_long_screen():
             scrolls, bar = first[step]
             assert scrolls, step
             assert "PgDn page" in bar, (step, bar)
+
+
+def screen_rows(app: WizardApp) -> list[str]:
+    """The composited screen, row by row, as the terminal shows it."""
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+
+async def test_at_80x24_the_gpus_wrap_under_their_own_start_and_a_long_hint_shows_whole():
+    """The GPU line went on under the label column; the Index URL's hint, shown in its empty
+    box, was cut at the box's end."""
+    app = WizardApp(dry_session(RTX))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "machine")
+        rows = screen_rows(app)
+        at = next(i for i, row in enumerate(rows) if row.lstrip().startswith("GPUs"))
+        column = rows[at].index("2 \u00d7 NVIDIA RTX PRO 6000")
+        wrapped = rows[at + 1]
+        assert wrapped[:column].strip() == "" and wrapped[column:].startswith("12.0"), wrapped
+        assert rows[at + 2].lstrip().startswith("Driver")
+
+        await goto(pilot, "venv")
+        await type_into(pilot, box(app, "torch.index_url"), "")
+        await pilot.pause()
+        hint = field(app, "torch.index_url").spec.hint
+        assert len(hint) > 60  # longer than the box at 80 columns
+        assert hint in " ".join(" ".join(screen_rows(app)).split())
+        await pilot.press(*"https://mirror.example/simple")
+        await pilot.pause()
+        assert hint not in " ".join(" ".join(screen_rows(app)).split())

@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
 from app.tui.screens.base import Body, WizardScreen
-from app.tui.widgets.fields import MarkedLines, Section
+from app.tui.widgets.fields import LabelledRows, MarkedLines, Section
 
 if TYPE_CHECKING:
     from app.tui.controllers.machine import MachineController
@@ -49,14 +49,11 @@ class MachineScreen(WizardScreen):
         if not self.wizard.loaded:
             yield from self._probing()
             return
-        from app.machine_summary import rows_text
-
         g = self.wizard.glyphs
         rows = self.controller.rows(times=g["times"])
-        table = rows_text(rows, width=max(len(k) for k, _ in rows) + 2)
         warnings = self.controller.warnings()
         with Body(id="body"):
-            yield Section("Machine", Static(table, id="facts", markup=False))
+            yield Section("Machine", LabelledRows(rows, id="facts"))
             if warnings:
                 yield Section(
                     f"Warnings ({len(warnings)})",

@@ -77,6 +77,8 @@ class ChoiceField(Vertical):
                     self.value, compact=True, id=_dom_id(spec.key), placeholder=spec.hint
                 )
         yield Static(self.first_note, classes="field-error", markup=False)
+        if spec.kind != "select":
+            yield Static(spec.hint, classes="field-hint", markup=False)
 
     @property
     def control_widget(self) -> Input | Select:
@@ -118,6 +120,26 @@ class ChoiceField(Vertical):
             self.call_after_refresh(self._refocus)  # the same refused value: back to fix it
         elif event.value != self.value or self.refused:
             self.post_message(ChoiceField.Changed(self, self.spec.key, event.value, False))
+
+    @on(Input.Changed)
+    def _typed(self) -> None:
+        self._place_hint()
+
+    def on_resize(self) -> None:
+        self._place_hint()
+
+    def _place_hint(self) -> None:
+        """An empty box shows what to type (the hint) as its placeholder; a hint longer than
+        the box (the Index URL's at 80 columns) shows whole under it instead of cut short."""
+        widget = self.control_widget
+        width = widget.content_region.width
+        if not isinstance(widget, Input) or not width:  # not laid out yet
+            return
+        under = not widget.value and len(self.spec.hint) > width
+        if under and not self.has_class("-hinted"):  # in sight below the box (at the fold)
+            self.call_after_refresh(self.scroll_visible, animate=False)
+        self.set_class(under, "-hinted")
+        widget.placeholder = "" if under else self.spec.hint
 
     def focus_control(self) -> None:
         """The focus here after Enter accepted the field before: a text box shows its value
@@ -275,6 +297,30 @@ class Section(Vertical):
     def __init__(self, title: str, *children, **kwargs) -> None:
         super().__init__(*children, **kwargs)
         self.border_title = f" {title} "
+
+
+class LabelledRows(Vertical):
+    """A table of label and value, each value wrapped under its own start (a long GPU name
+    went on under the labels): the labels as wide as the longest and two more."""
+
+    DEFAULT_CSS = """
+    LabelledRows { height: auto; }
+    LabelledRows > Horizontal { height: auto; }
+    LabelledRows .value { width: 1fr; }
+    """
+
+    def __init__(self, rows: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        width = max((len(label) for label, _ in self.rows), default=0) + 2
+        for label, value in self.rows:
+            with Horizontal():
+                name = Static(label, classes="label", markup=False)
+                name.styles.width = width
+                yield name
+                yield Static(value, classes="value", markup=False)
 
 
 class MarkedLines(Vertical):
