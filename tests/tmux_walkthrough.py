@@ -29,16 +29,29 @@ SESSION = f"mlsetup-walk-{os.getpid()}"
 
 
 class Walk:
-    def __init__(self, workdir: Path, facts: Path, size: str, no_color: bool) -> None:
+    """`mlsetup --dry-run --facts FACTS [ARGS]` in a tmux session of `size`, run in `workdir`
+    with `env` added to the environment."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        facts: Path,
+        size: str,
+        no_color: bool,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.screens: list[str] = []
         self.width, self.height = (int(n) for n in size.split("x"))
         width, height = size.split("x")
         colour = "NO_COLOR=1 " if no_color else ""
+        extra = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
+        more = "".join(f" {shlex.quote(a)}" for a in args)
         cmd = (
-            f"cd {shlex.quote(str(workdir))} && TERM=xterm-256color {colour}"
+            f"cd {shlex.quote(str(workdir))} && TERM=xterm-256color {colour}{extra}"
             f"PYTHONPATH={shlex.quote(str(REPO))} {shlex.quote(sys.executable)} -m app.cli "
-            f"--dry-run --facts {shlex.quote(str(facts))}; echo WIZARD-EXIT=$?; sleep 30"
+            f"--dry-run --facts {shlex.quote(str(facts))}{more}; echo WIZARD-EXIT=$?; sleep 30"
         )
         subprocess.run(
             ["tmux", "new-session", "-d", "-s", SESSION, "-x", width, "-y", height, cmd],

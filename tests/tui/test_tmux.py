@@ -1,6 +1,7 @@
 """The tmux walkthrough (tests/tmux_walkthrough.py): a whole dry run driven by key presses
 at 80x24, in colour and under NO_COLOR, read back with capture-pane, ending on the Summary
-with the answers saved."""
+with the answers saved; and issue 34's losses of input, each walked the same way
+(tests/tmux_defects.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ def test_tmux_walkthrough_of_a_whole_dry_run(tmp_path, colour):
     assert "walkthrough OK" in run.stdout
     saved = (tmp_path / "mlsetup-answers.toml").read_text()
     assert 'name = "flash-attn"' in saved and 'version = "2.8.3"' in saved
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("walk", ["help-esc", "remove", "digit"])
+def test_tmux_walk_of_a_lost_input(tmp_path, walk):
+    """Issue 34's losses of input in a real terminal at 80x24 (tests/tmux_defects.py): the
+    packages typed and wiped by F1 Esc (and a path typed right after ctrl+s, lost), the
+    extension a reflex Enter removed, the 6 that replaced the Index URL."""
+    run = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "tmux_defects.py"), walk, "--keep", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    assert f"walk {walk} OK" in run.stdout
