@@ -40,7 +40,7 @@ async def test_rtx_box_walks_every_screen_and_the_saved_answers_replay_to_the_sa
         assert "2 \u00d7 NVIDIA RTX PRO 6000 Blackwell Workstation Edition" in text
         assert "compute 12.0, 95.6 GiB" in text
         assert "590.48.01 (open modules, loaded), CUDA up to 13.1" in text
-        assert "128 cores, 125.8 GiB RAM" in text and "Secure Boot  disabled" in text
+        assert "128 cores, 125.8 GiB RAM" in text and "Secure Boot\ndisabled" in text
 
         await pilot.press("enter")  # Driver: satisfied, and says so
         text = shown(app)
