@@ -49,7 +49,7 @@ async def test_the_pane_follows_the_tail_until_the_operator_scrolls_up():
     app = WizardApp(dry_session("h200-ubuntu2404"), opening="wizard")
     async with app.run_test(size=(120, 40)) as pilot:
         pane = await _run_screen(app, pilot)
-        assert app.screen.showing == BUILD
+        assert app.screen.view.showing == BUILD
         await _feed(app, pilot, _lines(0, 150))
         view = pane.view
         assert view.virtual_size.height > view.scrollable_content_region.height

@@ -160,7 +160,7 @@ async def test_failing_build_shows_the_diagnosis_and_next_command_above_the_log(
         assert failed.what in failure and "why" in failure and failed.next in failure
         assert "memory" in failed.why.lower() or "killed" in failed.why.lower()
         # the pane shows the failed action's own output, the full log is on disk
-        assert screen.showing == failed.action
+        assert screen.view.showing == failed.action
         pane = screen.query_one("LogPane")
         assert any("Killed signal terminated program" in line for line in pane.lines)
         assert pane.search("Killed") >= 1

@@ -103,7 +103,7 @@ async def test_memory_gauge_and_log_pane_during_a_build():
         assert "build 30/73 · ETA 2m32s" in shown(app)  # 24 objects in 85 s, 43 left
 
         pane = screen.query_one(LogPane)
-        assert screen.showing == "extensions.flash-attn.build"
+        assert screen.view.showing == "extensions.flash-attn.build"
         assert len(pane.lines) == 40 and pane.lines[-1].startswith("[39/73]")
         await pilot.press("slash", *"hdim70", "enter")
         assert [m.matches for m in seen.of(LogPane.Searched)] == [1]
@@ -115,10 +115,10 @@ async def test_memory_gauge_and_log_pane_during_a_build():
         assert not screen.has_class("-full")
 
         await pilot.press("left_square_bracket")  # the action before: its own lines
-        assert screen.showing == "extensions.flash-attn.prerequisites"
+        assert screen.view.showing == "extensions.flash-attn.prerequisites"
         assert pane.lines == []
         await pilot.press("left_square_bracket")
-        assert screen.showing == "run"  # the whole run, as the console prints it
+        assert screen.view.showing == "run"  # the whole run, as the console prints it
         assert any("Compile flash-attn 2.8.3" in line for line in pane.lines)
 
 
