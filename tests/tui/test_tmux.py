@@ -46,3 +46,20 @@ def test_tmux_walk_of_a_lost_input(tmp_path, walk):
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
     assert f"walk {walk} OK" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_walk_of_vllm_transformers_accelerate_and_flash_attn(tmp_path):
+    """The seed's stack typed in at 80x24 against the recorded PyPI copy (tests/tmux_stack.py):
+    uv's lock shown on Venv, flash-attn added, the dry run walked to the Summary."""
+    run = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "tmux_stack.py"), "--keep", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    screens = " ".join(run.stdout.split())
+    assert "torch==2.13.0 (cu130 build), locked by uv, held back by vllm" in screens
+    assert "Dry run complete: 17 actions would run" in screens
