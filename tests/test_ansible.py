@@ -562,3 +562,86 @@ def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
     assert recap(run)["box"]["failed"] == 1
     assert "Run install.sh" in run.stdout and "127.0.0.1:9" in run.stdout, shown(run)
     assert not (tmp_path / "bin/mlsetup").exists()
+
+
+def _play_on_server(tmp_path: Path, server: FakeServer, **role_vars: object):
+    """site.yml over one fake server "box" on this machine; `role_vars` over the defaults."""
+    host: dict[str, object] = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "mlsetup_install": False,
+        "mlsetup_command": [sys.executable, "-m", "app.cli"],
+        "mlsetup_environment": server.env(),
+        "mlsetup_root": str(server.root),
+        "mlsetup_answers": str(server.answers),
+        "mlsetup_reports_dir": str(tmp_path / "reports"),
+        "mlsetup_reboot_tasks": str(REPO / "tests/ansible/fake_reboot.yml"),
+        "fake_bin": str(server.bin),
+        "mlsetup_poll": 1,
+        **role_vars,
+    }
+    run = _play_one_local_host(tmp_path, host)
+    path = tmp_path / "reports" / "box.json"
+    return run, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def test_answers_the_hosts_mlsetup_refuses_are_refused_input_with_its_kind(
+    tmp_path: Path, server: FakeServer
+):
+    """The controller's check passes (the file is valid); the host's own `mlsetup plan`, which
+    validates the copy against that machine, refuses it: no such account there."""
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "nosuchacct"\n')
+    server.answers.write_text(text)
+    run, report = _play_on_server(tmp_path, server)
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "refused input", report
+    assert "refused its input: answers" in report["message"], report
+    assert "nosuchacct" in report["message"] and "no such account" in report["message"], report
+    assert report["next"].startswith(f"fix {server.answers} on the controller"), report
+    assert not (server.root / "etc/mlsetup/answers.toml").exists()  # never replaced
+    assert server.calls() == []  # mlsetup never ran an apply there
+
+
+def test_no_space_for_the_fleet_lock_names_the_path_and_what_to_run(
+    tmp_path: Path, server: FakeServer
+):
+    """The fleet's stack lock is copied into a full /var/lib/mlsetup (mlsetup never runs): the
+    host's report says there is no space at that path, and what to do."""
+    lock = tmp_path / "stack.lock"
+    lock.write_text("# a fleet lock\ntinyext==0.1.0\n")
+    full = server.root / "var/lib/mlsetup"
+    full.mkdir(parents=True, mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(full)], check=True
+    )
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={full}/filler", "bs=4k"], capture_output=True)
+        run, report = _play_on_server(
+            tmp_path, server, mlsetup_lock_file=str(lock), mlsetup_builder="elsewhere"
+        )
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "failed", report
+    assert report["runs"] == [] and server.calls() == [], report  # mlsetup never ran
+    assert f"no space left on the device at {full}" in report["message"], report
+    assert "Copy the lock" in report["message"], report
+    assert report["next"] == (
+        f"on box: free space in {full} (df -h {full}), then run the play again"
+    ), report
+
+
+def test_a_bad_role_variable_is_named_and_not_blamed_on_the_answers(
+    tmp_path: Path, server: FakeServer
+):
+    run, report = _play_on_server(tmp_path, server, mlsetup_environment="PATH=/usr/bin")
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "refused input", report
+    assert "role variable mlsetup_environment" in report["message"], report
+    assert report["next"] == (
+        "fix the role variable mlsetup_environment for box (the inventory, host_vars or "
+        "group_vars), then run the play again"
+    ), report
+    assert str(server.answers) not in report["message"] + report["next"], report
+    assert server.calls() == [] and not (server.root / "var/lib/mlsetup").exists()
