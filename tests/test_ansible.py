@@ -25,7 +25,7 @@ import pytest
 from steps import registry
 from steps.events import PlanMade
 from tests.common import REPO
-from tests.harness import FakeServer
+from tests.harness import FakeServer, wait_for
 
 pytest.importorskip("ansible", reason="ansible-core is a test extra: pip install -e .[test]")
 
@@ -193,9 +193,9 @@ def boots(server: FakeServer) -> int:
     return json.loads(path.read_text()).get("boots", 0) if path.exists() else 0
 
 
-def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProcess:
-    """site.yml over one host "box" on this machine (ansible_connection local), with an
-    ANSIBLE_HOME of its own."""
+def _one_local_host(tmp_path: Path, host: dict) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of site.yml over one host "box" on this machine
+    (ansible_connection local), with an ANSIBLE_HOME of its own."""
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
@@ -204,13 +204,13 @@ def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProc
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),  # not the runner's ~/.ansible_async
     )
-    return subprocess.run(
-        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)], env
+
+
+def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProcess:
+    """site.yml over one host "box" on this machine (`_one_local_host`)."""
+    argv, env = _one_local_host(tmp_path, host)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -564,9 +564,10 @@ def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
     assert not (tmp_path / "bin/mlsetup").exists()
 
 
-def _play_on_server(tmp_path: Path, server: FakeServer, **role_vars: object):
-    """site.yml over one fake server "box" on this machine; `role_vars` over the defaults."""
-    host: dict[str, object] = {
+def _server_host(tmp_path: Path, server: FakeServer, **role_vars: object) -> dict[str, object]:
+    """The inventory entry of a fake server played on this machine; `role_vars` over the
+    role's defaults."""
+    return {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         "ansible_become": False,
@@ -581,7 +582,11 @@ def _play_on_server(tmp_path: Path, server: FakeServer, **role_vars: object):
         "mlsetup_poll": 1,
         **role_vars,
     }
-    run = _play_one_local_host(tmp_path, host)
+
+
+def _play_on_server(tmp_path: Path, server: FakeServer, **role_vars: object):
+    """site.yml over one fake server "box" on this machine: the run and box's report."""
+    run = _play_one_local_host(tmp_path, _server_host(tmp_path, server, **role_vars))
     path = tmp_path / "reports" / "box.json"
     return run, (json.loads(path.read_text()) if path.exists() else None)
 
@@ -645,3 +650,46 @@ def test_a_bad_role_variable_is_named_and_not_blamed_on_the_answers(
     ), report
     assert str(server.answers) not in report["message"] + report["next"], report
     assert server.calls() == [] and not (server.root / "var/lib/mlsetup").exists()
+
+
+def test_a_second_play_over_the_same_reports_is_refused_while_the_first_runs(
+    tmp_path: Path, server: FakeServer
+):
+    """The first play waits for a building host that is not in it ("elsewhere") until the test
+    lets it go; meanwhile a second play over the same reports directory is refused, touching
+    nothing; then the first ends (box's own mlsetup refuses its answers: a short apply) with
+    its report, which is the first play's."""
+    wheelhouse = server.base / "wheelhouse"
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "nosuchacct"\n')
+    server.answers.write_text(text + f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    reports = tmp_path / "reports"
+    host = _server_host(tmp_path, server, mlsetup_builder="elsewhere")
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    argv, env = _one_local_host(first_dir, host)
+    first = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        claim = reports / ".play"
+        wait_for(lambda: claim.exists() and len(claim.read_text().split()) == 3, timeout=300)
+        play, pid, _ = claim.read_text().split()
+        assert int(pid) == first.pid
+        second = _play_one_local_host(second_dir, host)
+        assert second.returncode == 2, shown(second)
+        said = f"another play (ansible-playbook pid {pid}) is using the reports directory {reports}"
+        assert said in " ".join(second.stdout.split()), shown(second)
+        assert "Forget the host's report" not in second.stdout, shown(second)
+        assert claim.read_text().split()[0] == play
+        assert not (reports / "box.json").exists()  # the second wrote no report of box
+        # the building host "reports": the first play goes on
+        (reports / "elsewhere.json").write_text(json.dumps({"play": play}))
+        out, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 2, out[-6000:]
+    report = json.loads((reports / "box.json").read_text())
+    assert report["play"] == play and report["outcome"] == "refused input", report
