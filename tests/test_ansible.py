@@ -395,8 +395,8 @@ def test_a_replaced_wheel_is_passed_over_built_from_source_and_reaches_no_finish
 def test_a_truncated_wheel_is_passed_over_its_hash_reported_and_no_finished_host_touched(
     fleet: Fleet,
 ):
-    """The controller's wheel cut short (its .sha256 kept); gpu3 no longer has the wheel nor
-    tinyext. The role copies the cut wheel only to gpu3, whose mlsetup passes it over naming
+    """The controller's wheel cut short (its .sha256 kept); gpu3 no longer has the wheel (in
+    its wheelhouse or its cache) nor tinyext. The role copies the cut wheel only to gpu3, whose mlsetup passes it over naming
     both hashes (in its report too) and builds from source; the finished hosts change nothing
     and keep their wheel; the controller gets gpu3's whole wheel."""
     fleet.third()
@@ -408,6 +408,8 @@ def test_a_truncated_wheel_is_passed_over_its_hash_reported_and_no_finished_host
     gpu3 = fleet.servers["gpu3"]
     for name in (wheel.name, wheel.name + ".sha256"):
         (gpu3.base / "wheelhouse" / relative.parent / name).unlink()
+    # nor in its own cache (where the build of the test above kept one): a new host's state
+    shutil.rmtree(gpu3.root / "var/cache/mlsetup/wheels" / relative.parent, ignore_errors=True)
     python = str(gpu3.venv / "bin/python")
     uninstall = [str(gpu3.tools / "uv"), "pip", "uninstall", "--python", python, "tinyext"]
     done = subprocess.run(uninstall, capture_output=True, text=True)

@@ -221,17 +221,17 @@ FAULTS = {
         STATE: "state lost at its reboot",
     },
     "next": {LOST: "up again", STATE: "/var/lib/mlsetup full"},
-    "unwritable": {OK: "lock into a full /var/lib/mlsetup", LOST: "/var/lib read-only"},
+    "unwritable": {OK: "lock copied, state dir full", LOST: "/var/lib read-only"},
 }
 
 
 def _print_faults(fleet: FaultFleet) -> None:
-    print(f"\n{'play':7} {'host':13} {'fault':28} {'ended after':>11}  outcome")
+    print(f"\n{'play':10} {'host':13} {'fault':28} {'ended after':>11}  outcome")
     for play, faults in FAULTS.items():
         for host, fault in faults.items():
             report = fleet.reports[play][host] or {}
             ended = report.get("time", 0) - fleet.started[play]
-            print(f"{play:7} {host:13} {fault:28} {ended:10.1f}s  {report.get('outcome')}")
+            print(f"{play:10} {host:13} {fault:28} {ended:10.1f}s  {report.get('outcome')}")
     print(", ".join(f"play {name} {wall:.1f} s" for name, wall in fleet.walls.items()))
 
 
