@@ -396,9 +396,10 @@ def test_a_truncated_wheel_is_passed_over_its_hash_reported_and_no_finished_host
     fleet: Fleet,
 ):
     """The controller's wheel cut short (its .sha256 kept); gpu3 no longer has the wheel (in
-    its wheelhouse or its cache) nor tinyext. The role copies the cut wheel only to gpu3, whose mlsetup passes it over naming
-    both hashes (in its report too) and builds from source; the finished hosts change nothing
-    and keep their wheel; the controller gets gpu3's whole wheel."""
+    its wheelhouse or its cache) nor tinyext. The role copies the cut wheel only to gpu3,
+    whose mlsetup passes it over naming both hashes (in its report too) and builds from
+    source; the finished hosts change nothing and keep their wheel; the controller gets
+    gpu3's whole wheel."""
     fleet.third()
     (wheel,) = sorted((fleet.controller / "wheelhouse").glob("*/tinyext-0.1.0-*.whl"))
     relative = wheel.relative_to(fleet.controller / "wheelhouse")
