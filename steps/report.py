@@ -168,6 +168,12 @@ class Report(_Strict):
         "the wheelhouse) with its sha256, also written beside it as `<wheel>.sha256`; a "
         "wheelhouse wheel is installed only when its sha256 is the one beside it",
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="the warnings of the plan this run started with, as the console showed "
+        "them: a wheelhouse wheel passed over (its sha256 and the one its builder recorded), "
+        "a setting that will not take effect, ...",
+    )
     log_dir: str = Field(
         description="this run's logs: events.jsonl, one log per action, decisions.log"
     )
@@ -212,6 +218,7 @@ def make_report(
             after_extensions=outcome.smoke.get("after_extensions"),
         ),
         wheels=dict(outcome.wheels),
+        warnings=[str(w) for w in (state.plan or {}).get("warnings", [])],
         log_dir=str(log_dir),
         time=time.time(),
     )

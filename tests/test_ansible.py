@@ -25,7 +25,7 @@ import pytest
 from steps import registry
 from steps.events import PlanMade
 from tests.common import REPO
-from tests.harness import FakeServer
+from tests.harness import FakeServer, wait_for
 
 pytest.importorskip("ansible", reason="ansible-core is a test extra: pip install -e .[test]")
 
@@ -193,9 +193,9 @@ def boots(server: FakeServer) -> int:
     return json.loads(path.read_text()).get("boots", 0) if path.exists() else 0
 
 
-def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProcess:
-    """site.yml over one host "box" on this machine (ansible_connection local), with an
-    ANSIBLE_HOME of its own."""
+def _one_local_host(tmp_path: Path, host: dict) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of site.yml over one host "box" on this machine
+    (ansible_connection local), with an ANSIBLE_HOME of its own."""
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(json.dumps({"gpu_servers": {"hosts": {"box": host}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
@@ -204,13 +204,13 @@ def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProc
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),  # not the runner's ~/.ansible_async
     )
-    return subprocess.run(
-        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK)], env
+
+
+def _play_one_local_host(tmp_path: Path, host: dict) -> subprocess.CompletedProcess:
+    """site.yml over one host "box" on this machine (`_one_local_host`)."""
+    argv, env = _one_local_host(tmp_path, host)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -391,6 +391,53 @@ def test_a_replaced_wheel_is_passed_over_built_from_source_and_reaches_no_finish
     assert now != bad and hashlib.sha256(now).hexdigest() == recorded
 
 
+@FLEET
+def test_a_truncated_wheel_is_passed_over_its_hash_reported_and_no_finished_host_touched(
+    fleet: Fleet,
+):
+    """The controller's wheel cut short (its .sha256 kept); gpu3 no longer has the wheel (in
+    its wheelhouse or its cache) nor tinyext. The role copies the cut wheel only to gpu3,
+    whose mlsetup passes it over naming both hashes (in its report too) and builds from
+    source; the finished hosts change nothing and keep their wheel; the controller gets
+    gpu3's whole wheel."""
+    fleet.third()
+    (wheel,) = sorted((fleet.controller / "wheelhouse").glob("*/tinyext-0.1.0-*.whl"))
+    relative = wheel.relative_to(fleet.controller / "wheelhouse")
+    recorded = wheel.with_name(wheel.name + ".sha256").read_text().split()[0]
+    cut = wheel.read_bytes()[: wheel.stat().st_size // 2]
+    wheel.write_bytes(cut)
+    gpu3 = fleet.servers["gpu3"]
+    for name in (wheel.name, wheel.name + ".sha256"):
+        (gpu3.base / "wheelhouse" / relative.parent / name).unlink()
+    # nor in its own cache (where the build of the test above kept one): a new host's state
+    shutil.rmtree(gpu3.root / "var/cache/mlsetup/wheels" / relative.parent, ignore_errors=True)
+    python = str(gpu3.venv / "bin/python")
+    uninstall = [str(gpu3.tools / "uv"), "pip", "uninstall", "--python", python, "tinyext"]
+    done = subprocess.run(uninstall, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kept = {h: (fleet.servers[h].base / "wheelhouse" / relative).read_bytes() for h in HOSTS[:2]}
+
+    run = fleet.play()
+    assert run.returncode == 0, shown(run)
+    counts = recap(run)
+    for host in ("gpu1", "gpu2"):
+        assert counts[host]["changed"] == 0, (host, shown(run))
+        assert (fleet.servers[host].base / "wheelhouse" / relative).read_bytes() == kept[host]
+    said = (
+        f"sha256 {hashlib.sha256(cut).hexdigest()}, not the {recorded} its builder recorded "
+        "(a damaged or replaced wheel): passed over, built from source"
+    )
+    warnings = [w for r in fleet.report("gpu3")["runs"] for w in r["warnings"]]
+    assert [w for w in warnings if said in w and wheel.name in w], warnings
+    assert "extensions.tinyext.build" in fleet.report("gpu3")["ran"]
+    now = wheel.read_bytes()
+    assert now != cut
+    assert (
+        hashlib.sha256(now).hexdigest()
+        == wheel.with_name(wheel.name + ".sha256").read_text().split()[0]
+    )
+
+
 def test_install_from_source_then_skip_the_same_version(tmp_path: Path):
     """The role's install: a source tarball of this checkout, install.sh into a prefix of its
     own, a stamp; run again with the same source, it installs nothing."""
@@ -562,3 +609,154 @@ def test_install_runs_install_sh_in_mlsetup_environment(tmp_path: Path):
     assert recap(run)["box"]["failed"] == 1
     assert "Run install.sh" in run.stdout and "127.0.0.1:9" in run.stdout, shown(run)
     assert not (tmp_path / "bin/mlsetup").exists()
+
+
+def _server_host(tmp_path: Path, server: FakeServer, **role_vars: object) -> dict[str, object]:
+    """The inventory entry of a fake server played on this machine; `role_vars` over the
+    role's defaults."""
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,
+        "mlsetup_install": False,
+        "mlsetup_command": [sys.executable, "-m", "app.cli"],
+        "mlsetup_environment": server.env(),
+        "mlsetup_root": str(server.root),
+        "mlsetup_answers": str(server.answers),
+        "mlsetup_reports_dir": str(tmp_path / "reports"),
+        "mlsetup_reboot_tasks": str(REPO / "tests/ansible/fake_reboot.yml"),
+        "fake_bin": str(server.bin),
+        "mlsetup_poll": 1,
+        **role_vars,
+    }
+
+
+def _play_on_server(tmp_path: Path, server: FakeServer, **role_vars: object):
+    """site.yml over one fake server "box" on this machine: the run and box's report."""
+    run = _play_one_local_host(tmp_path, _server_host(tmp_path, server, **role_vars))
+    path = tmp_path / "reports" / "box.json"
+    return run, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def test_answers_the_hosts_mlsetup_refuses_are_refused_input_with_its_kind(
+    tmp_path: Path, server: FakeServer
+):
+    """The controller's check passes (the file is valid); the host's own `mlsetup plan`, which
+    validates the copy against that machine, refuses it: no such account there."""
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "nosuchacct"\n')
+    server.answers.write_text(text)
+    run, report = _play_on_server(tmp_path, server)
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "refused input", report
+    assert "refused its input: answers" in report["message"], report
+    assert "nosuchacct" in report["message"] and "no such account" in report["message"], report
+    assert report["next"].startswith(f"fix {server.answers} on the controller"), report
+    assert not (server.root / "etc/mlsetup/answers.toml").exists()  # never replaced
+    assert server.calls() == []  # mlsetup never ran an apply there
+
+
+def test_no_space_for_the_fleet_lock_names_the_path_and_what_to_run(
+    tmp_path: Path, server: FakeServer
+):
+    """The fleet's stack lock is copied into a full /var/lib/mlsetup (mlsetup never runs): the
+    host's report says there is no space at that path, and what to do."""
+    lock = tmp_path / "stack.lock"
+    lock.write_text("# a fleet lock\ntinyext==0.1.0\n")
+    full = server.root / "var/lib/mlsetup"
+    full.mkdir(parents=True, mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(full)], check=True
+    )
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={full}/filler", "bs=4k"], capture_output=True)
+        run, report = _play_on_server(
+            tmp_path, server, mlsetup_lock_file=str(lock), mlsetup_builder="elsewhere"
+        )
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "failed", report
+    assert report["runs"] == [] and server.calls() == [], report  # mlsetup never ran
+    assert f"no space left on the device at {full}" in report["message"], report
+    assert "Copy the lock" in report["message"], report
+    assert report["next"] == (
+        f"on box: free space in {full} (df -h {full}), then run the play again"
+    ), report
+
+
+def test_a_bad_role_variable_is_named_and_not_blamed_on_the_answers(
+    tmp_path: Path, server: FakeServer
+):
+    run, report = _play_on_server(tmp_path, server, mlsetup_environment="PATH=/usr/bin")
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "refused input", report
+    assert "role variable mlsetup_environment" in report["message"], report
+    assert report["next"] == (
+        "fix the role variable mlsetup_environment for box (the inventory, host_vars or "
+        "group_vars), then run the play again"
+    ), report
+    assert str(server.answers) not in report["message"] + report["next"], report
+    assert server.calls() == [] and not (server.root / "var/lib/mlsetup").exists()
+
+
+def test_a_second_play_over_the_same_reports_is_refused_while_the_first_runs(
+    tmp_path: Path, server: FakeServer
+):
+    """The first play waits for a building host that is not in it ("elsewhere") until the test
+    lets it go; meanwhile a second play over the same reports directory is refused, touching
+    nothing; then the first ends (box's own mlsetup refuses its answers: a short apply) with
+    its report, which is the first play's."""
+    wheelhouse = server.base / "wheelhouse"
+    text = server.answers.read_text().replace("[venv]\n", '[venv]\nuser = "nosuchacct"\n')
+    server.answers.write_text(text + f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    reports = tmp_path / "reports"
+    host = _server_host(tmp_path, server, mlsetup_builder="elsewhere")
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    argv, env = _one_local_host(first_dir, host)
+    first = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        claim = reports / ".play"
+        wait_for(lambda: claim.exists() and len(claim.read_text().split()) == 3, timeout=300)
+        play, pid, _ = claim.read_text().split()
+        assert int(pid) == first.pid
+        second = _play_one_local_host(second_dir, host)
+        assert second.returncode == 2, shown(second)
+        said = f"another play (ansible-playbook pid {pid}) is using the reports directory {reports}"
+        assert said in " ".join(second.stdout.split()), shown(second)
+        assert "Forget the host's report" not in second.stdout, shown(second)
+        assert claim.read_text().split()[0] == play
+        assert not (reports / "box.json").exists()  # the second wrote no report of box
+        # the building host "reports": the first play goes on
+        (reports / "elsewhere.json").write_text(json.dumps({"play": play}))
+        out, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 2, out[-6000:]
+    report = json.loads((reports / "box.json").read_text())
+    assert report["play"] == play and report["outcome"] == "refused input", report
+
+
+def test_a_read_only_var_lib_is_mlsetups_diagnosis_naming_the_path(
+    tmp_path: Path, server: FakeServer
+):
+    """/var/lib read-only on the host (remounted after a disk error): the host's mlsetup says
+    so, naming the path and how to make it writable, and the role passes that on."""
+    var_lib = server.root / "var/lib"
+    var_lib.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(var_lib), str(var_lib)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(var_lib)], check=True)
+        run, report = _play_on_server(tmp_path, server)
+    finally:
+        subprocess.run(["umount", str(var_lib)], check=True)
+    assert run.returncode == 2, shown(run)
+    assert report is not None and report["outcome"] == "failed", report
+    assert "read-only" in report["message"] and str(var_lib) in report["message"], report
+    assert f"findmnt -T {var_lib}" in report["next"], report
+    assert "Traceback" not in run.stdout, shown(run)

@@ -13,7 +13,10 @@ of containers:
   fault-frozen is frozen in the middle of its apply; fault-state's resume has no state;
 - next, on fault-lost (up again) and fault-state (its /var/lib/mlsetup full): fault-lost
   finishes; fault-state fails with the no-space diagnosis, and once the space is freed the
-  command it advised succeeds.
+  command it advised succeeds;
+- unwritable, on the two finished hosts: fault-ok is given the fleet's stack lock into a full
+  /var/lib/mlsetup (the role's copy fails, mlsetup never runs); fault-lost's /var/lib is
+  read-only (its mlsetup says so). Each report names the path and what to run.
 The answers have no extension: the builds are test_fleet_ssh.py's, the faults are this one's.
 """
 
@@ -73,23 +76,21 @@ class FaultFleet:
             mlsetup_task_timeout=20,
         )
         hosts[STATE]["fake_lose_state"] = True
-        self.playbook = Playbook(
-            base,
-            hosts,
-            {
-                "ansible_python_interpreter": "/usr/bin/python3",
-                "mlsetup_install": False,  # installed by the fixture
-                # each host resolves its own stack: a fleet lock copied into a full
-                # /var/lib/mlsetup would fail the role's copy before mlsetup runs
-                "mlsetup_lock_file": "",
-                "mlsetup_reboot_tasks": str(REPO / "tests/realhost/reboot_container.yml"),
-                "mlsetup_reboot_timeout": 300,
-                "mlsetup_poll": 2,
-                "mlsetup_reports_dir": str(self.controller / "reports"),
-                "mlsetup_plans_dir": str(self.controller / "plans"),
-                "mlsetup_facts_dir": str(self.controller / "facts"),
-            },
-        )
+        self.hosts = hosts
+        self.group_vars: dict[str, object] = {
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "mlsetup_install": False,  # installed by the fixture
+            # each host resolves its own stack: a fleet lock copied into a full
+            # /var/lib/mlsetup would fail the role's copy before mlsetup runs
+            "mlsetup_lock_file": "",
+            "mlsetup_reboot_tasks": str(REPO / "tests/realhost/reboot_container.yml"),
+            "mlsetup_reboot_timeout": 300,
+            "mlsetup_poll": 2,
+            "mlsetup_reports_dir": str(self.controller / "reports"),
+            "mlsetup_plans_dir": str(self.controller / "plans"),
+            "mlsetup_facts_dir": str(self.controller / "facts"),
+        }
+        self.playbook = Playbook(base, hosts, self.group_vars)
         self.runs: dict[str, subprocess.CompletedProcess] = {}
         self.walls: dict[str, float] = {}
         self.reports: dict[str, dict[str, dict | None]] = {}  # play -> host -> its report
@@ -98,10 +99,12 @@ class FaultFleet:
         self.calls_after: dict[str, dict[str, int]] = {}  # play -> host -> stand-in calls by then
         self.started: dict[str, float] = {}  # play -> its unix start time
 
-    def play(self, name: str, *args: str) -> subprocess.CompletedProcess:
+    def play(
+        self, name: str, *args: str, playbook: Playbook | None = None
+    ) -> subprocess.CompletedProcess:
         t0 = time.monotonic()
         self.started[name] = time.time()
-        self.runs[name] = self.playbook.run(*args)
+        self.runs[name] = (playbook or self.playbook).run(*args)
         self.walls[name] = time.monotonic() - t0
         self.calls_after[name] = {h: len(s.calls()) for h, s in self.servers.items()}
         TIMINGS[f"faults play {name}"] = self.walls[name]
@@ -176,8 +179,37 @@ def plays(fleet: FaultFleet, mlsetup_wheel: Path) -> FaultFleet:
     if advice is not None:
         root = fleet.servers[STATE].root
         fleet.advised = fleet.ssh(STATE, f"mlsetup {advice[1]} --root {shlex.quote(str(root))}")
+    _unwritable_play(fleet)
     _print_faults(fleet)
     return fleet
+
+
+def _unwritable_play(fleet: FaultFleet) -> None:
+    """fault-ok: the fleet's stack lock (fault-lost stands for the building host) copied into
+    a full /var/lib/mlsetup; fault-lost: /var/lib read-only (remounted as after a disk error)."""
+    lock = fleet.controller / "stack.lock"
+    lock.write_text("# the building host's lock\ntinyext==0.1.0\n")
+    hosts = {h: dict(v) for h, v in fleet.hosts.items()}
+    hosts[OK].update(mlsetup_lock_file=str(lock), mlsetup_builder=LOST)
+    base = fleet.base / "unwritable"
+    base.mkdir()
+    full = fleet.servers[OK].root / "var/lib/mlsetup"
+    var_lib = fleet.servers[LOST].root / "var/lib"
+    mounted = fleet.ssh(OK, f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {full}")
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        fleet.ssh(OK, f"dd if=/dev/zero of={full}/filler bs=4k 2>/dev/null; true")
+        ro = fleet.ssh(
+            LOST, f"mount --bind {var_lib} {var_lib} && mount -o remount,bind,ro {var_lib}"
+        )
+        assert ro.returncode == 0, ro.stderr
+        try:
+            playbook = Playbook(base, hosts, fleet.group_vars)
+            fleet.play("unwritable", "--limit", f"{OK},{LOST}", playbook=playbook)
+        finally:
+            fleet.ssh(LOST, f"umount {var_lib}")
+    finally:
+        fleet.ssh(OK, f"umount {full}")
 
 
 # Each play's faults, for the table the module prints (its outcome, each host's wall time).
@@ -189,16 +221,17 @@ FAULTS = {
         STATE: "state lost at its reboot",
     },
     "next": {LOST: "up again", STATE: "/var/lib/mlsetup full"},
+    "unwritable": {OK: "lock copied, state dir full", LOST: "/var/lib read-only"},
 }
 
 
 def _print_faults(fleet: FaultFleet) -> None:
-    print(f"\n{'play':7} {'host':13} {'fault':28} {'ended after':>11}  outcome")
+    print(f"\n{'play':10} {'host':13} {'fault':28} {'ended after':>11}  outcome")
     for play, faults in FAULTS.items():
         for host, fault in faults.items():
             report = fleet.reports[play][host] or {}
             ended = report.get("time", 0) - fleet.started[play]
-            print(f"{play:7} {host:13} {fault:28} {ended:10.1f}s  {report.get('outcome')}")
+            print(f"{play:10} {host:13} {fault:28} {ended:10.1f}s  {report.get('outcome')}")
     print(", ".join(f"play {name} {wall:.1f} s" for name, wall in fleet.walls.items()))
 
 
@@ -297,3 +330,24 @@ def test_no_space_for_the_state_then_the_advised_command_succeeds(plays: FaultFl
     assert "no space left on the device" in state["message"], state
     answers = plays.servers[STATE].root / "etc/mlsetup/answers.toml"
     assert f"then: sudo mlsetup apply --answers {answers}" in state["next"], state
+
+
+def test_no_space_for_the_fleet_lock_names_the_path_and_mlsetup_never_runs(plays: FaultFleet):
+    run = plays.runs["unwritable"]
+    ok = plays.report("unwritable", OK)
+    full = plays.servers[OK].root / "var/lib/mlsetup"
+    assert ok["outcome"] == "failed" and ok["runs"] == [], ok
+    assert f"no space left on the device at {full} on {OK}" in ok["message"], ok
+    assert 'the play failed at "Copy the lock", before mlsetup ran' in ok["message"], ok
+    assert ok["next"] == f"on {OK}: free space in {full} (df -h {full}), then run the play again"
+    assert plays.calls_after["unwritable"][OK] == plays.calls_after["next"][OK], shown(run)
+
+
+def test_a_read_only_var_lib_is_the_hosts_diagnosis_naming_the_path(plays: FaultFleet):
+    run = plays.runs["unwritable"]
+    lost = plays.report("unwritable", LOST)
+    var_lib = plays.servers[LOST].root / "var/lib"
+    assert lost["outcome"] == "failed", lost
+    assert "read-only" in lost["message"] and str(var_lib) in lost["message"], lost
+    assert f"findmnt -T {var_lib}" in lost["next"], lost
+    assert "Traceback" not in run.stdout, shown(run)

@@ -15,6 +15,12 @@
       hosts by outcome, and what to do next for each that did not finish. "show" is true for
       the first host that asks then (each asks as it ends; a file in REPORTS remembers the
       play it was shown for). -> {"show", "lines"}
+  mlsetup_controller.py claim REPORTS PLAY
+      The reports directory for this play (PLAY) alone while its ansible-playbook runs: a
+      second play over the same directory is refused (its hosts would overwrite and
+      contradict this play's reports and summary). REPORTS/.play names the play and its
+      ansible-playbook (pid and start time); a claim is granted to that play, to that same
+      process, or once that process has ended. -> {"claimed"}
 
 Errors go to stderr with exit code 2.
 """
@@ -163,6 +169,76 @@ def summary(reports: Path, play: str, hosts: list[str]) -> dict:
     return {"show": True, "lines": lines}
 
 
+CLAIM = ".play"
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (state, ppid, ... start time at
+    index 19), or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _playbook() -> tuple[int, str]:
+    """The ansible-playbook this helper runs under, as (pid, start time): its furthest
+    ancestor by that name (the nearer ones are the workers it forks for each task, gone when
+    the task ends); the parent where there is none."""
+    found = pid = os.getppid()
+    while pid > 1:
+        fields = _stat_fields(pid)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            break
+        if fields is None:
+            break
+        if any(Path(a.decode(errors="replace")).name == "ansible-playbook" for a in argv[:3]):
+            found = pid
+        pid = int(fields[1])
+    fields = _stat_fields(found)
+    return found, fields[19] if fields else ""
+
+
+def _running(pid: int, started: str) -> bool:
+    """Whether that process still runs: the same pid and start time (not a reused pid), and
+    not a zombie (ended, not yet reaped)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z" and fields[19] == started
+
+
+def claim(reports: Path, play: str) -> dict:
+    """Each host of a play claims as it starts; under a lock of the file, so that hosts that
+    start at once read and write it one after another (no moment where it is half written)."""
+    reports.mkdir(parents=True, exist_ok=True)
+    fd = os.open(reports / CLAIM, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held only while reading and writing it
+        held_play, pid, started = (
+            os.pread(fd, 4096, 0).decode(errors="replace").split() + [""] * 3
+        )[:3]
+        playbook, playbook_started = _playbook()
+        if held_play == play:
+            return {"claimed": True}
+        if (
+            pid.isdigit()
+            and (int(pid), started) != (playbook, playbook_started)
+            and _running(int(pid), started)
+        ):
+            fail(
+                f"another play (ansible-playbook pid {pid}) is using the reports directory "
+                f"{reports}: its hosts' reports would be overwritten. Wait for it to end, or "
+                "give this play another mlsetup_reports_dir"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{play} {playbook} {playbook_started}\n".encode(), 0)
+        return {"claimed": True}
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[0] == "pack":
         result = pack(Path(argv[1]), Path(argv[2]))
@@ -170,10 +246,12 @@ def main(argv: list[str]) -> None:
         result = answers(Path(argv[1]), Path(argv[2]))
     elif len(argv) >= 3 and argv[0] == "summary":
         result = summary(Path(argv[1]), argv[2], argv[3:])
+    elif len(argv) == 3 and argv[0] == "claim":
+        result = claim(Path(argv[1]), argv[2])
     else:
         fail(
             "usage: mlsetup_controller.py pack SOURCE OUTDIR | answers FILE SOURCE | "
-            "summary REPORTS PLAY HOST..."
+            "summary REPORTS PLAY HOST... | claim REPORTS PLAY"
         )
     print(json.dumps(result))
 
