@@ -11,22 +11,22 @@ from pathlib import Path
 
 from app.console import ConsolePrinter
 from app.follower import RunFollower, unwritable_text
-from steps.answers import answers_from_toml, read_answers
-from steps.applyrun import continue_command
-from steps.choices import check_on_machine, choose
-from steps.engine import UNWRITABLE, ApplyLock, ApplyRequest, Engine
-from steps.errors import InputError, MlsetupError, NeedsRootError, input_kind
-from steps.exitcodes import EXIT_FAILED, EXIT_OK
-from steps.facts import load_facts
-from steps.nextcommands import RESUME_COMMAND, answers_command
-from steps.paths import Paths
-from steps.printable import printable
-from steps.probe import probe
-from steps.rootfs import RootFS
-from steps.runner import carried_environment
-from steps.service import start_detached, take_handover, take_lock
-from steps.settings import settings
-from steps.state import CorruptState, load_state
+from steps.apply.applyrun import continue_command
+from steps.apply.engine import UNWRITABLE, ApplyLock, ApplyRequest, Engine
+from steps.apply.service import start_detached, take_handover, take_lock
+from steps.core.errors import InputError, MlsetupError, NeedsRootError, input_kind
+from steps.core.exitcodes import EXIT_FAILED, EXIT_OK
+from steps.core.nextcommands import RESUME_COMMAND, answers_command
+from steps.core.paths import Paths
+from steps.core.printable import printable
+from steps.core.rootfs import RootFS
+from steps.core.settings import settings
+from steps.decide.choices import check_on_machine, choose
+from steps.formats.answers import answers_from_toml, read_answers
+from steps.formats.facts import load_facts
+from steps.formats.state import CorruptState, load_state
+from steps.probing.probe import probe
+from steps.run.runner import carried_environment
 
 
 def _request(args: argparse.Namespace, fs: RootFS) -> ApplyRequest:

@@ -1,4 +1,4 @@
-"""`mlsetup` command line. Exit codes are a contract (steps/exitcodes.py, the README):
+"""`mlsetup` command line. Exit codes are a contract (steps/core/exitcodes.py, the README):
 0 done · 1 a step failed · 2 invalid input · 3 needs root · 4 another apply is running ·
 10 paused for a reboot.
 """
@@ -12,20 +12,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from steps.assetdir import ASSETS_DIR
-from steps.errors import InputError, MlsetupError, input_kind, refusal
-from steps.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, MEANINGS
-from steps.machineroot import use_root
-from steps.printable import printable
-from steps.rootfs import RootFS
-from steps.settings import settings
+from steps.core.assetdir import ASSETS_DIR
+from steps.core.errors import InputError, MlsetupError, input_kind, refusal
+from steps.core.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, MEANINGS
+from steps.core.machineroot import use_root
+from steps.core.printable import printable
+from steps.core.rootfs import RootFS
+from steps.core.settings import settings
 
 # Each command imports what it uses: the wizard's first screen is drawn before the models,
 # the tables and the planners are loaded (app.tui.app).
 if TYPE_CHECKING:
-    from steps.answers import Answers
-    from steps.facts import Facts
-    from steps.plan import Plan
+    from steps.formats.answers import Answers
+    from steps.formats.facts import Facts
+    from steps.formats.plan import Plan
 
 # The options that mean the same before or after the subcommand, with their defaults. They are
 # declared once, with no default (SUPPRESS), on the top-level parser and on every subparser:
@@ -172,9 +172,9 @@ def _version() -> str:
 
 
 def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
-    from steps.facts import load_facts
-    from steps.planner import resolve_and_plan
-    from steps.probe import probe
+    from steps.formats.facts import load_facts
+    from steps.planning.planner import resolve_and_plan
+    from steps.probing.probe import probe
 
     fs = RootFS(args.root)
     if args.facts is not None:  # a recorded machine: no venv or wheel cache to look at
@@ -186,9 +186,9 @@ def _plan(args: argparse.Namespace, answers: Answers) -> tuple[Facts, Plan]:
 
 def _lock(args: argparse.Namespace, answers: Answers) -> int:
     """`mlsetup lock`: resolve now and write the lock file (as venv.lock reads it)."""
-    from steps.facts import load_facts
-    from steps.probe import probe
-    from steps.safefs import replace_file
+    from steps.core.safefs import replace_file
+    from steps.formats.facts import load_facts
+    from steps.probing.probe import probe
     from steps.stack.obtain import lock_ahead
 
     fs = RootFS(args.root)
@@ -228,14 +228,14 @@ def run(argv: list[str]) -> int:
     from app.console import facts_text, plan_text
 
     if args.command == "probe":
-        from steps.probe import probe
+        from steps.probing.probe import probe
 
         result = probe(RootFS(args.root))
         sys.stdout.write(
             result.facts.to_json() if args.json else facts_text(result.facts, result.notes)
         )
         return EXIT_OK
-    from steps.answers import Answers, load_answers
+    from steps.formats.answers import Answers, load_answers
 
     if args.command == "answers":
         if not args.schema:
@@ -255,7 +255,7 @@ def run(argv: list[str]) -> int:
         return _lock(args, answers)
     with input_kind("answers"):  # a refusal of the resolution is one of the answers' packages
         facts, plan = _plan(args, answers)
-    from steps.installation import warning
+    from steps.core.installation import warning
 
     untrusted = warning()
     if untrusted is not None:

@@ -8,7 +8,10 @@ from collections import deque
 from typing import TextIO
 
 from app.machine_summary import machine_rows, rows_text
-from steps.events import (
+from steps.core.printable import printable
+from steps.core.sizes import clock, duration
+from steps.decide.planwarnings import machine_warnings
+from steps.formats.events import (
     ActionFinished,
     ActionStarted,
     BuildProgress,
@@ -25,12 +28,9 @@ from steps.events import (
     Throttle,
     Waiting,
 )
-from steps.facts import Facts
-from steps.plan import Plan
-from steps.printable import printable
-from steps.registry import label_width
-from steps.units import clock, duration
-from steps.warnings import machine_warnings
+from steps.formats.facts import Facts
+from steps.formats.plan import Plan
+from steps.planning.registry import label_width
 
 
 def facts_text(facts: Facts, notes: list[str] | None = None, warnings: bool = True) -> str:

@@ -1,7 +1,7 @@
 """Following a detached run through its event log: the one loop `mlsetup apply`/`attach`
 and the wizard both read a run with.
 
-The engine runs on its own (steps.service.start_detached) and appends its events to the
+The engine runs on its own (steps.apply.service.start_detached) and appends its events to the
 run's event log; a follower tails that log from the run's start to its Finished event. It
 ends early when the engine is gone (it holds the apply lock until it ends), when the engine
 never announced its run within START_TIMEOUT, or when the front end cancels; `lost()` then
@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from steps import events as ev
-from steps.diagnose import unwritable
-from steps.engine import ApplyLock
-from steps.nextcommands import RESUME_COMMAND
-from steps.paths import Paths
-from steps.rootfs import RootFS
+from steps.apply.diagnose import unwritable
+from steps.apply.engine import ApplyLock
+from steps.core.nextcommands import RESUME_COMMAND
+from steps.core.paths import Paths
+from steps.core.rootfs import RootFS
+from steps.formats import events as ev
 
 START_TIMEOUT = 60.0  # seconds for a detached engine to announce its run
 LOG_TAIL = 20  # lines of the engine's own output shown when it did not start

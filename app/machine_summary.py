@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from steps.facts import Facts, Gpu
-from steps.units import gib
+from steps.core.sizes import gib
+from steps.formats.facts import Facts, Gpu
 
 Rows = list[tuple[str, str]]
 

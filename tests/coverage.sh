@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Line coverage of app/ and steps/ over the test suite, the processes the tests start included:
 # the detached engine (the console script or `python -m app.cli`), the governor's watchdog
-# (`python -m steps.governor`), every CLI run. Not part of tests/run.sh: it makes the suite
+# (`python -m steps.building.governor`), every CLI run. Not part of tests/run.sh: it makes the suite
 # slower. Arguments go to pytest (e.g. tests/test_engine.py); the total is printed at the end.
 #
-# The engine passes on only a filtered environment to what it starts (steps/runner.py), so
+# The engine passes on only a filtered environment to what it starts (steps/run/runner.py), so
 # coverage's own subprocess support, which travels in an environment variable, loses those
 # processes. Instead, for the length of this run, a .pth file in the test venv starts coverage
 # in every Python process of that venv, with the data directory written into it; it is removed

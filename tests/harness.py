@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from steps.engine import ApplyLock
-from steps.events import ActionStarted, Event, event_from_json
-from steps.runner import passthrough_environment
+from steps.apply.engine import ApplyLock
+from steps.formats.events import ActionStarted, Event, event_from_json
+from steps.run.runner import passthrough_environment
 from tests.common import FIXTURES, REPO, copy_fixture
 from tests.fakemachine import FakeMachine
 from tests.wheels import torch_index

@@ -37,7 +37,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from steps.inputs import parse_toml
+from steps.core.inputfiles import parse_toml
 
 ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "pypi-record.zip"
 STACKS = Path(__file__).resolve().parent / "fixtures" / "pypi_stacks.toml"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from steps import registry
-from steps.events import PlanMade
+from steps.formats.events import PlanMade
+from steps.planning import registry
 from tests.common import REPO
 from tests.harness import FakeServer, wait_for
 

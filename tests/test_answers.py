@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from steps.accounts import account_by_uid, lookup_account
-from steps.answers import Answers, answers_from_toml, load_answers, unsafe_directory
-from steps.choices import check_on_machine, choose
-from steps.errors import InputError
-from steps.facts import facts_from_json, load_facts
-from steps.rootfs import RootFS
-from steps.settings import settings_from
+from steps.core.accounts import account_by_uid, lookup_account
+from steps.core.errors import InputError
+from steps.core.rootfs import RootFS
+from steps.core.settings import settings_from
+from steps.decide.choices import check_on_machine, choose
+from steps.formats.answers import Answers, answers_from_toml, load_answers, unsafe_directory
+from steps.formats.facts import facts_from_json, load_facts
 from tests.common import MACHINES, REPO, run_cli
 from tests.fakemachine import FakeMachine
 
@@ -111,7 +111,7 @@ def test_toml_syntax_error_gives_the_line():
         answers_from_toml('version = 1\n[driver]\naction = "auto\n', "a.toml")
 
 
-# 1 MiB answers files whose shape costs tomllib the most per byte (steps.inputs bounds them
+# 1 MiB answers files whose shape costs tomllib the most per byte (steps.core.inputfiles bounds them
 # before parsing): the largest of each kind that is let through, and those just past the bounds.
 MiB = 1 << 20
 SHAPES = {

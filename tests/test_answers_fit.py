@@ -15,10 +15,10 @@ import pytest
 
 from app.tui.controllers.confirm import ConfirmController
 from app.tui.session import Session, _set_key
-from steps.answers import Answers, answers_from_toml
-from steps.facts import load_facts
-from steps.planner import make_plan
-from steps.rootfs import RootFS
+from steps.core.rootfs import RootFS
+from steps.formats.answers import Answers, answers_from_toml
+from steps.formats.facts import load_facts
+from steps.planning.planner import make_plan
 from tests.common import MACHINES, run_cli
 from tests.pkgindex import PackageIndex, standard_index
 

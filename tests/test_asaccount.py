@@ -1,4 +1,4 @@
-"""Root waits on what runs as another account only so long (steps.asaccount): the wizard's
+"""Root waits on what runs as another account only so long (steps.run.asaccount): the wizard's
 Save answers writes as the invoking account in a child that account may signal; a child kept
 stopped, or one past its limit, is ended and said, never waited on for ever. (Its ordinary
 write: tests/tui/test_wizard_80x24.py, test_save_answers_under_sudo_...)"""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from steps.asaccount import call_as
+from steps.run.asaccount import call_as
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="becoming another account needs root")

@@ -1,6 +1,6 @@
-"""mlsetup's build tools (steps/buildtools.py, assets/buildtools/): the nvcc that compiles only for
-the GPUs present, the ninja that starts the longest objects first, and what root keeps of a build
-for the next one. Real processes throughout: the tools run as a build runs them, a real nvcc
+"""mlsetup's build tools (steps/building/buildtools.py, assets/buildtools/): the nvcc that compiles
+only for the GPUs present, the ninja that starts the longest objects first, and what root keeps of a
+build for the next one. Real processes throughout: the tools run as a build runs them, a real nvcc
 compiles where this machine has a CUDA toolkit, the venv's real ninja schedules the jobs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.buildtools import (
+from steps.building.buildtools import (
     CXX,
     NINJA_DIR,
     NVCC,
@@ -28,13 +28,13 @@ from steps.buildtools import (
     tool_env,
     tools_of,
 )
-from steps.cxxstd import build_standard, torch_bound
-from steps.errors import InputError
-from steps.jobserver import Jobserver
-from steps.recipes import parse_recipes
-from steps.rootfs import RootFS
-from steps.safefs import UnsafeFile
-from steps.wheels import BUILD_ROOT
+from steps.building.jobserver import Jobserver
+from steps.building.wheels import BUILD_ROOT
+from steps.core.errors import InputError
+from steps.core.rootfs import RootFS
+from steps.core.safefs import UnsafeFile
+from steps.decide.cxxstd import build_standard, torch_bound
+from steps.known.recipes import parse_recipes
 from tests.common import FIXTURES, copy_fixture, skip_unless_others_reach
 from tests.device.builds_figures import fatbin_archs as fatbin_headers
 from tests.harness import USER_UID, FakeServer

@@ -252,7 +252,7 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
         pytest.skip(f"no Python {version} on this machine (PATH, pyenv, uv python find)")
     uv = str(uv_binary)
     # no Python is fetched; the index is reached with the system's certificates, as mlsetup's
-    # own uv is (steps/stack/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
+    # own uv is (steps/run/uvconfig.py: behind a TLS-inspecting proxy, uv's bundled roots fail)
     # mlsetup's dependencies come from the index (the suite's UV_OFFLINE=1 would make them
     # come from whatever uv's cache happens to hold: a fresh machine's holds nothing)
     no_download = {
@@ -279,7 +279,7 @@ def test_a_closed_stdout_ends_quietly_on_every_supported_python(
 
 
 def test_the_exit_codes_are_defined_in_one_module():
-    """steps/exitcodes.py alone names them; the engine, the errors and every front end import
+    """steps/core/exitcodes.py alone names them; the engine, the errors and every front end import
     them from there (they were defined in three modules, one copy unused)."""
     defined: dict[str, list[str]] = {}
     for path in sorted([*(REPO / "steps").rglob("*.py"), *(REPO / "app").rglob("*.py")]):
@@ -290,7 +290,9 @@ def test_the_exit_codes_are_defined_in_one_module():
                 for name in names:
                     if isinstance(name, ast.Name) and name.id.startswith("EXIT_"):
                         defined.setdefault(name.id, []).append(path.relative_to(REPO).as_posix())
-    assert defined and all(where == ["steps/exitcodes.py"] for where in defined.values()), defined
+    assert defined and all(where == ["steps/core/exitcodes.py"] for where in defined.values()), (
+        defined
+    )
 
 
 def test_the_readmes_unattended_quick_start_plans(tmp_path: Path):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from steps.diagnose import diagnose, no_space
-from steps.errors import InputError
-from steps.nextcommands import RESUME_COMMAND
-from steps.tables import DiagnosesTable, load_table, parse_table
+from steps.apply.diagnose import diagnose, no_space
+from steps.core.errors import InputError
+from steps.core.nextcommands import RESUME_COMMAND
+from steps.known.tables import DiagnosesTable, load_table, parse_table
 
 LOG = "/var/log/mlsetup/run/extensions.flash-attn.build.log"
 
@@ -85,7 +85,7 @@ def test_the_signatures_the_code_names_are_required():
     table = {"signature": [{**GOOD, "id": "out-of-memory"}]}
     with pytest.raises(InputError) as exc:
         parse_table(table, DiagnosesTable, "assets/diagnoses.toml")
-    assert "no signature no-space (steps/diagnose.py uses it)" in str(exc.value)
+    assert "no signature no-space (steps/apply/diagnose.py uses it)" in str(exc.value)
 
 
 def test_undefined_symbol_names_the_module_and_symbol():
@@ -139,7 +139,7 @@ def test_fabric_manager_mismatch_names_both_versions_and_cuda_802_says_start_it(
 
 
 def test_signatures_say_resume_and_the_code_fills_it():
-    """The resume command is written once (steps/nextcommands.py): a signature says {resume},
+    """The resume command is written once (steps/core/nextcommands.py): a signature says {resume},
     which no_space() fills with the command that goes on when no saved run can resume."""
     table = load_table("diagnoses.toml", DiagnosesTable)
     assert not [s.id for s in table.signature if RESUME_COMMAND in s.next]

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from app.cli import run
-from steps import registry
-from steps.engine import ApplyLock
-from steps.events import (
+from steps.apply.engine import ApplyLock
+from steps.core.rootfs import RootFS
+from steps.formats.events import (
     ActionFinished,
     ActionStarted,
     Failed,
@@ -25,8 +25,8 @@ from steps.events import (
     RebootNeeded,
     RunStarted,
 )
-from steps.rootfs import RootFS
-from steps.venvstate import probe_venv
+from steps.planning import registry
+from steps.stack.venvstate import probe_venv
 from tests.common import FIXTURES, MACHINES, skip_unless_others_reach
 from tests.harness import (
     DRIVER_STEP,

@@ -11,11 +11,11 @@ import pytest
 
 from app.tui.controllers.driver import DriverController
 from app.tui.session import Session
-from steps.answers import answers_from_toml
-from steps.facts import Facts, facts_from_json, load_facts
-from steps.probe import probe
-from steps.rootfs import RootFS
-from steps.settings import NVML_SNAPSHOT
+from steps.core.rootfs import RootFS
+from steps.core.settings import NVML_SNAPSHOT
+from steps.formats.answers import answers_from_toml
+from steps.formats.facts import Facts, facts_from_json, load_facts
+from steps.probing.probe import probe
 from steps.stack.inputs import builds_to_try
 from tests.common import FIXTURES, MACHINES, run_cli
 from tests.fakemachine import FakeMachine

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from app.tui.controllers.confirm import apt_packages
-from steps import fabric, registry
-from steps.answers import answers_from_toml
-from steps.facts import Facts, facts_from_json, load_facts
-from steps.planner import make_plan
-from steps.probe import probe
-from steps.rootfs import RootFS
+from steps.core.rootfs import RootFS
+from steps.formats.answers import answers_from_toml
+from steps.formats.facts import Facts, facts_from_json, load_facts
+from steps.planning import fabric, registry
+from steps.planning.planner import make_plan
+from steps.probing.probe import probe
 from tests.common import FIXTURES, MACHINES
 from tests.fakemachine import FakeMachine
 from tests.harness import FakeServer

@@ -24,10 +24,10 @@ from typing import ClassVar
 import psutil
 import pytest
 
-from steps.answers import answers_from_toml
-from steps.errors import InputError
-from steps.events import ActionFinished, BuildProgress, Notice, Output, RunStarted
-from steps.state import load_state
+from steps.core.errors import InputError
+from steps.formats.answers import answers_from_toml
+from steps.formats.events import ActionFinished, BuildProgress, Notice, Output, RunStarted
+from steps.formats.state import load_state
 from tests.common import FIXTURES, REPO, copy_fixture
 from tests.harness import USER_UID, FakeServer, install_extension, wait_for
 
@@ -82,7 +82,7 @@ def _watchdogs(record: Path) -> list[psutil.Process]:
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             cmdline = p.cmdline()
-            if "steps.orphans" in cmdline and str(record) in cmdline:
+            if "steps.building.orphans" in cmdline and str(record) in cmdline:
                 out.append(p)
     return out
 
@@ -226,7 +226,7 @@ def test_temporary_state_files_of_dead_engines_are_removed(server: FakeServer):
 _RACER = """
 import os, sys
 from app.cli import main
-import app.apply, steps.engine, steps.service
+import app.apply, steps.apply.engine, steps.apply.service
 os.read(os.open(sys.argv[1], os.O_RDONLY), 1)
 main(sys.argv[2:])
 """

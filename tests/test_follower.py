@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from app.follower import RunFollower
-from steps import events as ev
-from steps.engine import ApplyLock
-from steps.paths import Paths
-from steps.rootfs import RootFS
+from steps.apply.engine import ApplyLock
+from steps.core.paths import Paths
+from steps.core.rootfs import RootFS
+from steps.formats import events as ev
 
 
 def _run(tmp_path: Path, run_id: str = "20261201-120000-1") -> tuple[RootFS, ev.EventLog]:

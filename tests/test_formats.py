@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from steps import registry
-from steps.facts import Facts
-from steps.plan import Plan
-from steps.report import Report
+from steps.apply.report import Report
+from steps.formats.facts import Facts
+from steps.formats.plan import Plan
+from steps.planning import registry
 from tests.common import REPO
 
 DOC = REPO / "docs" / "formats.md"
@@ -94,7 +94,7 @@ def test_each_documented_type_is_the_models(model: type[BaseModel]):
 def test_the_step_order_the_doc_states_is_the_registrys():
     doc = DOC.read_text()
     names = list(registry.step_names())
-    said = re.search(r"Steps are in the order of `steps/registry.py`: ([a-z, \n]+)", doc)
+    said = re.search(r"Steps are in the order of `steps/planning/registry.py`: ([a-z, \n]+)", doc)
     assert said and re.split(r",\s*", said.group(1).strip()) == names, said
     failure = next(line for line in doc.splitlines() if line.startswith("| `failure.step` |"))
     assert f"({', '.join(names)};" in failure, failure

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from steps.rootfs import RootFS
-from steps.venvstate import VenvState, probe_venv
-from steps.wheels import wheel_key
+from steps.building.wheels import wheel_key
+from steps.core.rootfs import RootFS
+from steps.stack.venvstate import VenvState, probe_venv
 from tests.harness import USER_UID, FakeServer
 from tests.pkgindex import FAKE_TORCH_INIT, PackageIndex, build_wheel, standard_index
 

@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from steps.answers import Answers
-from steps.knowledge import knowledge
+from steps.formats.answers import Answers
+from steps.known.knowledge import knowledge
 from tests.common import MACHINES, REPO
 from tests.fakemachine import FakeMachine
 from tests.harness import STANDINS, SYSTEM_PATH

@@ -16,11 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from steps.events import BuildProgress, Event, MemorySample, Throttle
-from steps.governor import Governor
-from steps.jobserver import MAX_JOBS_UNDER_GOVERNOR
-from steps.lessons import Lessons
-from steps.units import GiB
+from steps.building.governor import Governor
+from steps.building.jobserver import MAX_JOBS_UNDER_GOVERNOR
+from steps.building.lessons import Lessons
+from steps.core.sizes import GiB
+from steps.formats.events import BuildProgress, Event, MemorySample, Throttle
 
 NINJA = Path(sys.executable).parent / "ninja"
 JOB = Path(__file__).resolve().parent / "bench" / "synthetic_job.py"
@@ -336,7 +336,7 @@ with open(record, "w") as f:
     json.dump({"engine": me.pid, "engine_started": me.create_time(), "root": None,
                "root_started": 0.0,
                "stopped": {str(job.pid): psutil.Process(job.pid).create_time()}}, f)
-watchdog = subprocess.Popen([sys.executable, "-m", "steps.orphans", record],
+watchdog = subprocess.Popen([sys.executable, "-m", "steps.building.orphans", record],
                             stdin=subprocess.PIPE, start_new_session=True)
 print(job.pid, watchdog.pid, flush=True)
 watchdog.stdin.close()

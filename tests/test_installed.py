@@ -319,7 +319,7 @@ def test_the_wizard_headless_dry_run_to_the_summary(installed: Installed, tmp_pa
 
 ENGINE = """
 import json
-from steps.service import engine_argv, mlsetup_command, resume_unit
+from steps.apply.service import engine_argv, mlsetup_command, resume_unit
 print(json.dumps({"engine": engine_argv(["--answers", "F"]), "command": mlsetup_command(),
                   "unit": resume_unit()}))
 """

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from steps import tables
-from steps.assetdir import ASSETS_DIR
-from steps.errors import InputError
-from steps.knowledge import knowledge
+from steps.core.assetdir import ASSETS_DIR
+from steps.core.errors import InputError
+from steps.known import tables
+from steps.known.knowledge import knowledge
 from tests.common import MACHINES, REPO, run_cli
 
 REQUIRED_GPUS = [
@@ -322,16 +322,17 @@ def test_a_recipe_names_its_own_force_switch_and_value(tmp_path):
 
 def test_engine_never_imports_textual():
     """steps/ is the engine: importable, and importing all of it loads no Textual."""
-    modules = sorted(p.stem for p in (REPO / "steps").glob("*.py") if p.stem != "__init__")
+    sources = sorted(p for p in (REPO / "steps").rglob("*.py") if "__pycache__" not in p.parts)
+    modules = [".".join(p.relative_to(REPO).with_suffix("").parts) for p in sources]
     code = (
-        f"import sys\nfor m in {modules!r}: __import__('steps.' + m)\n"
+        f"import sys\nfor m in {modules!r}: __import__(m)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'app'))\n"
         "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-    for path in (REPO / "steps").glob("*.py"):
+    for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom | ast.Import):
                 names = (

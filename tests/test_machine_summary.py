@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.console import facts_text
 from app.machine_summary import machine_rows
-from steps.facts import load_facts
+from steps.formats.facts import load_facts
 from tests.common import MACHINES
 
 

@@ -12,15 +12,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from steps import registry
-from steps.answers import Answers
-from steps.diagnose import diagnose, failed_url
-from steps.events import ActionStarted
-from steps.facts import load_facts
-from steps.plan import Action
-from steps.planner import make_plan
-from steps.rootfs import RootFS
-from steps.runner import Runner
+from steps.apply.diagnose import diagnose, failed_url
+from steps.core.rootfs import RootFS
+from steps.formats.answers import Answers
+from steps.formats.events import ActionStarted
+from steps.formats.facts import load_facts
+from steps.formats.plan import Action
+from steps.planning import registry
+from steps.planning.planner import make_plan
+from steps.run.runner import Runner
 from tests.common import MACHINES, NOBODY, as_a_user
 from tests.harness import FakeServer
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from textual.message import Message
 
 from app.tui.feed import EngineFeed
-from steps.events import EventLog, Failed, Output
-from steps.plan import Action
-from steps.rootfs import RootFS
-from steps.runner import Runner
-from steps.stack.lock import HEADER
+from steps.core.rootfs import RootFS
+from steps.formats.events import EventLog, Failed, Output
+from steps.formats.lock import HEADER
+from steps.formats.plan import Action
+from steps.run.runner import Runner
 from tests.common import REPO
 from tests.harness import FakeServer
 from tests.test_stack import env, setup, write_answers

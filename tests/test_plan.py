@@ -9,19 +9,19 @@ from typing import get_args
 
 import pytest
 
-from steps import registry
-from steps.answers import answers_from_toml
-from steps.buildtools import cuda_archs
-from steps.choices import choose
-from steps.extensions import wanted_wheels
-from steps.facts import load_facts
-from steps.knowledge import knowledge
-from steps.plan import ActionKind, Plan
-from steps.planner import make_plan
-from steps.recipes import UNKNOWN_PEAK_JOB_GIB, parse_recipes
-from steps.stack.lock import Lock
-from steps.units import GiB
-from steps.venvstate import VenvState
+from steps.building.buildtools import cuda_archs
+from steps.core.sizes import GiB
+from steps.decide.choices import choose
+from steps.formats.answers import answers_from_toml
+from steps.formats.facts import load_facts
+from steps.formats.lock import Lock
+from steps.formats.plan import ActionKind, Plan
+from steps.known.knowledge import knowledge
+from steps.known.recipes import UNKNOWN_PEAK_JOB_GIB, parse_recipes
+from steps.planning import registry
+from steps.planning.extensions import wanted_wheels
+from steps.planning.planner import make_plan
+from steps.stack.venvstate import VenvState
 from tests.common import MACHINES, run_cli
 
 RTX = MACHINES / "rtx-pro-6000-ubuntu2404.json"
@@ -88,7 +88,7 @@ def test_rtx_pro_6000_cu128_installs_12_8_beside_13_1_and_builds_for_sm120_only(
         "/var/cache/mlsetup/build/flash-attn-2.8.3/wheels",
         "flash-attn==2.8.3",
     ]
-    # only that wheel, by the hash root pins once it has read it (steps.frozen)
+    # only that wheel, by the hash root pins once it has read it (steps.apply.frozen)
     assert {"--no-deps", "--no-index", "--require-hashes"} <= set(install)
     assert install[install.index("--constraint") + 1] == (
         "/var/cache/mlsetup/stack/flash-attn-2.8.3.wheel.txt"

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from steps import registry
-from steps.answers import answers_from_toml
-from steps.errors import InputError
-from steps.facts import facts_from_json
-from steps.planner import make_plan
+from steps.core.errors import InputError
+from steps.formats.answers import answers_from_toml
+from steps.formats.facts import facts_from_json
+from steps.planning import registry
+from steps.planning.planner import make_plan
 from tests.common import FIXTURES, MACHINES
 
 CASES = sorted((FIXTURES / "plans").glob("*.json"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from steps.facts import Facts, facts_from_json
-from steps.probe import probe
-from steps.rootfs import RootFS
-from steps.settings import NVML_SNAPSHOT as NVML_SNAPSHOT_ENV
+from steps.core.rootfs import RootFS
+from steps.core.settings import NVML_SNAPSHOT as NVML_SNAPSHOT_ENV
+from steps.formats.facts import Facts, facts_from_json
+from steps.probing.probe import probe
 from tests.common import FIXTURES, as_a_user, run_cli
 from tests.fakemachine import FakeMachine
 

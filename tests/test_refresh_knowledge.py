@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from steps.assetdir import ASSETS_DIR
-from steps.knowledge import knowledge
+from steps.core.assetdir import ASSETS_DIR
+from steps.known.knowledge import knowledge
 from tests.common import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

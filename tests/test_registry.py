@@ -11,13 +11,13 @@ import pytest
 
 from app.tui.app import WizardApp
 from app.tui.widgets.keybar import KeyBar
-from steps import registry
-from steps.answers import Answers
-from steps.choices import choose
-from steps.facts import Facts
-from steps.plan import Plan
-from steps.planner import make_plan
-from steps.report import Report
+from steps.apply.report import Report
+from steps.decide.choices import choose
+from steps.formats.answers import Answers
+from steps.formats.facts import Facts
+from steps.formats.plan import Plan
+from steps.planning import registry
+from steps.planning.planner import make_plan
 from tests import throwaway_step
 from tests.common import MACHINES, REPO
 from tests.harness import FakeServer

@@ -9,8 +9,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from steps.lessons import Learned
-from steps.units import GiB
+from steps.building.lessons import Learned
+from steps.core.sizes import GiB
 from tests.harness import SYSTEM_PATH, USER_UID, FakeServer
 
 

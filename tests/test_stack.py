@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from uv import find_uv_bin
 
-from steps.events import ActionStarted, Notice
-from steps.rootfs import RootFS
-from steps.venvstate import probe_venv
+from steps.core.rootfs import RootFS
+from steps.formats.events import ActionStarted, Notice
+from steps.stack.venvstate import probe_venv
 from tests.common import MACHINES, run_cli
 from tests.harness import FakeServer, install_extension, mode
 from tests.pkgindex import PackageIndex, standard_index

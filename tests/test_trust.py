@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from steps.events import ActionStarted, Notice, RunStarted
-from steps.governor import Governor
-from steps.lessons import Lessons
-from steps.safefs import UnsafeFile, make_dir, open_dir
+from steps.building.governor import Governor
+from steps.building.lessons import Lessons
+from steps.core.safefs import UnsafeFile, make_dir, open_dir
+from steps.formats.events import ActionStarted, Notice, RunStarted
 from tests.common import REPO
 from tests.harness import USER_UID, FakeServer, install_extension, wait_for
 from tests.wheels import STANDIN_TORCH
@@ -326,7 +326,7 @@ def test_the_jobserver_directory_cannot_be_swapped_for_a_link(server: FakeServer
 DEAD_GOVERNOR = """
 import sys, time
 from pathlib import Path
-from steps.governor import Governor
+from steps.building.governor import Governor
 gov = Governor(budget_bytes=1 << 30, jobserver_dir=Path(sys.argv[1]))
 gov.share_with(1000, 1000)
 print(gov.env()["MAKEFLAGS"], flush=True)
@@ -586,7 +586,7 @@ def test_a_reused_pid_of_another_account_is_not_ended_as_the_interrupted_build(
     watchdogs = [
         p
         for p in psutil.process_iter(["cmdline"])
-        if "steps.orphans" in (p.info["cmdline"] or [])
+        if "steps.building.orphans" in (p.info["cmdline"] or [])
         and str(server.root) in " ".join(p.info["cmdline"])
     ]
     for p in [psutil.Process(engine), *watchdogs]:

@@ -1,11 +1,11 @@
-"""steps.units: the strings the console, the wizard (its SVG snapshots) and the governor's
+"""steps.core.sizes: the strings the console, the wizard (its SVG snapshots) and the governor's
 throttle reasons print for sizes and durations."""
 
 from __future__ import annotations
 
 import pytest
 
-from steps.units import GiB, KiB, MiB, clock, duration, gib
+from steps.core.sizes import GiB, KiB, MiB, clock, duration, gib
 
 
 def test_the_byte_units_are_binary():

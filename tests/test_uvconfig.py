@@ -1,5 +1,5 @@
 """uv runs with the system's certificates and the operator's index settings
-(steps/stack/uvconfig.py), checked on the environment the runner builds and with the real uv
+(steps/run/uvconfig.py), checked on the environment the runner builds and with the real uv
 against a local index."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import ClassVar
 
 import pytest
 
-from steps.errors import InputError
-from steps.plan import Action
-from steps.rootfs import RootFS
-from steps.runner import CARRIED, Runner, carried_environment
-from steps.stack.uvconfig import uv_environment
+from steps.core.errors import InputError
+from steps.core.rootfs import RootFS
+from steps.formats.plan import Action
+from steps.run.runner import CARRIED, Runner, carried_environment
+from steps.run.uvconfig import uv_environment
 
 PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"
 MIRROR = "https://mirror.corp/simple"

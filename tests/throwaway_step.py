@@ -1,5 +1,5 @@
 """A step made only of what the registry asks for, as a new engineer would add one: its
-planner, its wizard controller, one entry in steps.registry (here added at run time, so no
+planner, its wizard controller, one entry in steps.planning.registry (here added at run time, so no
 module of mlsetup changes). A check-only step between Venv and Extensions, as a cuDNN/NCCL
 check would be: its one action passes unless the venv holds a file named FAIL_MARKER.
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from app.tui.controllers.answerfields import text
 from app.tui.controllers.step import StepController
 from app.tui.widgets.fields import FieldSpec
-from steps import registry
-from steps.plan import Action, Outcome, pending
+from steps.formats.plan import Action, Outcome, pending
+from steps.planning import registry
 
 NAME = "gpucheck"
 FAIL_MARKER = "gpucheck-fails"

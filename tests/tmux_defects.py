@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps.tomlcompat import loads
+from steps.core.tomlcompat import loads
 from tests.tmux_walkthrough import REPO, Walk
 
 FACTS = REPO / "assets/machines/rtx-pro-6000-ubuntu2404.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from steps.knowledge import knowledge
+from steps.known.knowledge import knowledge
 from tests.pkgindex import build_wheel
 
 

@@ -21,15 +21,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.cli import _parser, _version  # noqa: E402
-from steps.assetdir import ASSETS_DIR  # noqa: E402
-from steps.settings import KNOWN  # noqa: E402
+from steps.core.assetdir import ASSETS_DIR  # noqa: E402
+from steps.core.settings import KNOWN  # noqa: E402
 
 BASH = REPO / "assets" / "completion" / "mlsetup.bash"
 ZSH = REPO / "assets" / "completion" / "_mlsetup"
 MAN = REPO / "assets" / "man" / "mlsetup.1"
 GENERATED = "generated from mlsetup's argument parser by tools/gen_docs.py; do not edit"
 
-# What the parser cannot say: the environment settings (steps/settings.py) and the files.
+# What the parser cannot say: the environment settings (steps/core/settings.py) and the files.
 ENVIRONMENT = {
     "MLSETUP_EXTENSIONS_DIR": "a directory of extension recipes instead of "
     "/etc/mlsetup/extensions.d",

@@ -49,8 +49,8 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from steps import tomlcompat as tomllib  # noqa: E402 - the checkout on the path first
-from steps.knowledge import knowledge  # noqa: E402
+from steps.core import tomlcompat as tomllib  # noqa: E402 - the checkout on the path first
+from steps.known.knowledge import knowledge  # noqa: E402
 from tests.recorded_pypi import (  # noqa: E402
     ARCHIVE,
     SIMPLE_JSON,

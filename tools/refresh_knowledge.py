@@ -12,7 +12,7 @@ extension recipes and prints, one finding per line:
   from its newest release's wheel with HTTP range requests, no whole download) against the one
   the recipe's setup.py passes (read from the sdist of its `checked` release), and the Python
   tags of the series' wheels against the sdist's Requires-Python: each incompatibility
-  assets/ do not already know is printed with the lines it comes from (steps/cxxstd.py reads
+  assets/ do not already know is printed with the lines it comes from (steps/decide/cxxstd.py reads
   them the way the planner and the build's guard do),
 - every torch series x its CUDA: the CUDA runtime its newest release's wheel requires (the
   Requires-Dist lines of its METADATA, read with range requests) against assets/torch.toml
@@ -62,9 +62,9 @@ from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps.cxxstd import HEADER, header_requires, setup_passes
-from steps.knowledge import ExtensionRecipe, knowledge
-from steps.stack.lock import cuda_of_pins
+from steps.decide.cxxstd import HEADER, header_requires, setup_passes
+from steps.formats.lock import cuda_of_pins
+from steps.known.knowledge import ExtensionRecipe, knowledge
 
 EXIT_FINDINGS = 1
 EXIT_UNREACHABLE = 3
@@ -244,7 +244,7 @@ class LineReader(Protocol):
 
 
 ERROR_LINE = r"#\s*error C\+\+"  # the line of ATen.h that states its standard
-# the lines of torch's METADATA that say which CUDA its wheel is (steps/stack/lock.py reads the
+# the lines of torch's METADATA that say which CUDA its wheel is (steps/formats/lock.py reads the
 # same requirements from a lock: CUDA_RUNTIMES)
 CUDA_LINE = r"^Requires-Dist:\s*(cuda-toolkit|nvidia-cuda-runtime)"
 HEADER_LINES = 12  # ATen.h states its standard in its first lines (line 5 to 9 so far)

@@ -33,8 +33,8 @@ from app.tui.screens.base import WizardScreen
 from app.tui.screens.machine import MachineScreen
 from app.tui.screens.modals import ErrorScreen, HelpScreen
 from app.tui.trail import jumps
-from steps.assetdir import ASSETS_DIR
-from steps.errors import MlsetupError
+from steps.core.assetdir import ASSETS_DIR
+from steps.core.errors import MlsetupError
 
 if TYPE_CHECKING:
     from app.tui.feed import EngineFeed
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from app.tui.running import RunControl
     from app.tui.screens.run import RunScreen
     from app.tui.session import Opening, Session
-    from steps.state import State
+    from steps.formats.state import State
 
 FLUSH_INTERVAL = 1 / 20  # seconds between two batches of output lines
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.tui.launch import Launch
-from steps.paths import Paths
-from steps.rootfs import RootFS
+from steps.core.paths import Paths
+from steps.core.rootfs import RootFS
 
 
 @dataclass(frozen=True)

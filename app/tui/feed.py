@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from steps import events as ev
-from steps.printable import printable, printable_event
+from steps.core.printable import printable, printable_event
+from steps.formats import events as ev
 
 PENDING_LINES = 2000  # lines held between two flushes: what the pane shows, no more
 

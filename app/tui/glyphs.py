@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from steps.settings import settings_from
+from steps.core.settings import settings_from
 
 PLAIN_TERMS = ("linux", "vt100", "vt102", "vt220", "dumb", "ansi")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.console import ConsolePrinter
-from steps import events as ev
+from steps.formats import events as ev
 
 KEEP_LINES = 2000
 OVERVIEW = "run"  # the pseudo-action whose lines tell the whole run, as `mlsetup apply` prints
@@ -27,7 +27,7 @@ class ActionView:
     id: str
     step: str
     title: str
-    kind: str = ""  # steps.plan.ActionKind, from the plan or the action's events
+    kind: str = ""  # steps.formats.plan.ActionKind, from the plan or the action's events
     command: str = ""
     log: str = ""
     # pending | running | done | failed | already-done | dry-run | offline (a stack resolution
@@ -88,7 +88,7 @@ class RunModel:
 
     def _kept_unlocked(self, notice: ev.Notice) -> None:
         """The engine's note that it went on without a lock names the failed resolution it
-        excuses (steps/settle.py, StackUnavailable): that action is no failure then."""
+        excuses (steps/apply/settle.py, StackUnavailable): that action is no failure then."""
         view = self.actions.get(notice.excuses or "")
         if view is not None and view.status == "failed" and self.failed is None:
             view.status = "offline"

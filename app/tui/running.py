@@ -1,6 +1,6 @@
 """The wizard's engine run: starting it, following it, and the reboot that ends a driver run.
 
-A real apply is started detached (`steps.service.start_detached`) and followed through its
+A real apply is started detached (`steps.apply.service.start_detached`) and followed through its
 event log in a thread worker (`app.follower.RunFollower`), so quitting the wizard or losing
 the SSH session never stops the work; a dry run runs the engine in a thread worker with the
 feed as its sink. Either way each event reaches the app as an `EngineFeed` message; the app
@@ -23,14 +23,14 @@ from app.tui.runmodel import RunModel
 from app.tui.screens.modals import ConfirmScreen, RebootScreen
 from app.tui.screens.run import RunScreen
 from app.tui.session import Session
-from steps import events as ev
-from steps.engine import ApplyRequest, Engine
-from steps.errors import MlsetupError
-from steps.exitcodes import EXIT_REBOOT
-from steps.paths import Paths
-from steps.reboot import REBOOT
-from steps.runner import Runner, RunnerError
-from steps.service import start_detached
+from steps.apply.engine import ApplyRequest, Engine
+from steps.apply.reboot import REBOOT
+from steps.apply.service import start_detached
+from steps.core.errors import MlsetupError
+from steps.core.exitcodes import EXIT_REBOOT
+from steps.core.paths import Paths
+from steps.formats import events as ev
+from steps.run.runner import Runner, RunnerError
 
 FOLLOW_POLL = 0.05  # seconds between two looks at the event log when it has nothing new
 

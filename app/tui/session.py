@@ -17,23 +17,23 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.tui.launch import machine_label
-from steps.answers import Answers, load_answers
-from steps.asaccount import call_as
-from steps.choices import Choices, choose
-from steps.engine import ApplyLock
-from steps.errors import InputError, describe_validation_error, refusal
-from steps.facts import Facts, load_facts
-from steps.paths import STATE_DIR, Paths
-from steps.plan import Plan
-from steps.planner import plan_for
-from steps.probe import probe
-from steps.rootfs import RootFS
-from steps.safefs import replace_file
-from steps.settings import settings
-from steps.stack.lock import PlannedStack
+from steps.apply.engine import ApplyLock
+from steps.core.errors import InputError, describe_validation_error, refusal
+from steps.core.paths import STATE_DIR, Paths
+from steps.core.rootfs import RootFS
+from steps.core.safefs import replace_file
+from steps.core.settings import settings
+from steps.decide.choices import Choices, choose
+from steps.formats.answers import Answers, load_answers
+from steps.formats.facts import Facts, load_facts
+from steps.formats.lock import PlannedStack
+from steps.formats.plan import Plan
+from steps.formats.state import CorruptState, State, load_state, write_atomic
+from steps.planning.planner import plan_for
+from steps.probing.probe import probe
+from steps.run.asaccount import call_as
 from steps.stack.obtain import check_extension_releases, lock_for_plan
-from steps.state import CorruptState, State, load_state, write_atomic
-from steps.venvstate import VenvState, probe_venv
+from steps.stack.venvstate import VenvState, probe_venv
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
 DEFAULT_SAVE = "./mlsetup-answers.toml"
@@ -196,7 +196,7 @@ class Session:
             self.resolving.pop(key, None)
 
     def plan(self) -> Plan:
-        """The plan `mlsetup plan` prints for these answers (steps.planner.plan_for, on the
+        """The plan `mlsetup plan` prints for these answers (steps.planning.planner.plan_for, on the
         facts probed when the wizard opened) once their stack is resolved; until then, and
         when uv refused them (the reason first), planned from knowledge."""
         refused = self.stack_refused()
@@ -344,8 +344,8 @@ class Saved:
 def write_as(uid: int, gid: int, path: Path, text: str) -> None:
     """Write `path` in a child that has become the account (uid, gid): its own permissions
     decide, the file is its own, readable by it only (it may name a mirror with credentials),
-    and nothing planted there is written through (steps.safefs.replace_file). A write the
-    account holds up (keeps stopped) is ended (steps.asaccount). OSError with the child's
+    and nothing planted there is written through (steps.core.safefs.replace_file). A write the
+    account holds up (keeps stopped) is ended (steps.run.asaccount). OSError with the child's
     reason when it could not."""
     data = text.encode()
     call_as(

@@ -1,12 +1,12 @@
-"""The wizard's screens in order, from the step registry (steps.registry): Machine, each step,
-Review (the number keys jump to these), then Run and Summary. Functions, not constants: a
+"""The wizard's screens in order, from the step registry (steps.planning.registry): Machine, each
+step, Review (the number keys jump to these), then Run and Summary. Functions, not constants: a
 step added to the registry with a screen (a controller) is on the trail and behind a number key
 with nothing else changed; a step that asks nothing has no screen."""
 
 from __future__ import annotations
 
-from steps import registry
-from steps.registry import screen_steps
+from steps.planning import registry
+from steps.planning.registry import screen_steps
 
 
 def jumps() -> tuple[str, ...]:

@@ -10,13 +10,13 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from steps.answers import Answers
-from steps.choices import driver_is_kept, has_python, release_of, venv_owner
-from steps.cxxstd import torch_bounds
-from steps.facts import Facts
-from steps.knowledge import knowledge
+from steps.decide.choices import driver_is_kept, has_python, release_of, venv_owner
+from steps.decide.cxxstd import torch_bounds
+from steps.formats.answers import Answers
+from steps.formats.facts import Facts
+from steps.formats.lock import Lock, Pins, cuda_of_pins, parse_requirements, platform_for
+from steps.known.knowledge import knowledge
 from steps.stack.inputs import TORCH_FAMILY
-from steps.stack.lock import Lock, Pins, cuda_of_pins, parse_requirements, platform_for
 
 # A CUDA library wheel names its major (nvidia-cublas-cu12), a CUDA build its local version
 # (2.9.0+cu128): either says which CUDA major the package requiring it links.

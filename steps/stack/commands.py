@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.stack.lock import SHARED_LOCK
+from steps.formats.lock import SHARED_LOCK
 
 
 def compile_argv(

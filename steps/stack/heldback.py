@@ -30,8 +30,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from steps.errors import InputError
-from steps.stack.lock import parse_requirements
+from steps.core.errors import InputError
+from steps.formats.lock import parse_requirements
 from steps.stack.uvfailure import dependencies, explanation
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from steps.answers import Answers
-from steps.choices import (
+from steps.decide.choices import (
     PythonChoice,
     branch_installed,
     choose,
@@ -23,11 +22,12 @@ from steps.choices import (
     driver_is_kept,
     torch_cuda,
 )
-from steps.cxxstd import TorchBound, torch_bounds
-from steps.facts import Facts
-from steps.knowledge import knowledge
-from steps.stack.index import configured, index_args, per_build_index
-from steps.stack.lock import platform_for
+from steps.decide.cxxstd import TorchBound, torch_bounds
+from steps.formats.answers import Answers
+from steps.formats.facts import Facts
+from steps.formats.lock import platform_for
+from steps.known.knowledge import knowledge
+from steps.run.index import configured, index_args, per_build_index
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from steps.answers import Answers
-from steps.choices import choose
-from steps.errors import InputError
-from steps.events import EventSink
-from steps.facts import Facts
-from steps.plan import Action
-from steps.rootfs import RootFS
-from steps.runner import Result, Runner, RunnerError
-from steps.stack.check import lock_problems
-from steps.stack.index import index_secrets
-from steps.stack.inputs import stack_inputs
-from steps.stack.lock import (
+from steps.core.errors import InputError
+from steps.core.rootfs import RootFS
+from steps.decide.choices import choose
+from steps.formats.answers import Answers
+from steps.formats.events import EventSink
+from steps.formats.facts import Facts
+from steps.formats.lock import (
     STATE_LOCK,
     Lock,
     LockRefused,
@@ -27,6 +22,11 @@ from steps.stack.lock import (
     load_lock,
     read_lock_file,
 )
+from steps.formats.plan import Action
+from steps.run.index import index_secrets
+from steps.run.runner import Result, Runner, RunnerError
+from steps.stack.check import lock_problems
+from steps.stack.inputs import stack_inputs
 from steps.stack.refusal import StackUnavailable
 from steps.stack.resolve import Resolution, RunCommand, resolver_for
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from steps.answers import Answers
-from steps.choices import release_of, venv_owner
-from steps.errors import InputError, MlsetupError, show_value
-from steps.facts import Facts
-from steps.knowledge import ExtensionRecipe, knowledge
+from steps.core.errors import InputError, MlsetupError, show_value
+from steps.decide.choices import release_of, venv_owner
+from steps.formats.answers import Answers
+from steps.formats.facts import Facts
+from steps.formats.lock import Lock, cuda_of_pins
+from steps.known.knowledge import ExtensionRecipe, knowledge
+from steps.run.index import index_label, per_build_index
 from steps.stack.check import Problem
-from steps.stack.index import index_label, per_build_index
 from steps.stack.inputs import StackInputs
-from steps.stack.lock import Lock, cuda_of_pins
 from steps.stack.uvfailure import (
     BuildFailed,
     Conflict,

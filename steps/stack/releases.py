@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from steps.answers import Answers
-from steps.errors import InputError
-from steps.knowledge import knowledge
-from steps.runner import Result
+from steps.core.errors import InputError
+from steps.formats.answers import Answers
+from steps.known.knowledge import knowledge
+from steps.run.runner import Result
 from steps.stack.refusal import Refusals
 from steps.stack.uvfailure import Missing, Unreachable, newest_available, read_failure
 

@@ -30,21 +30,14 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from steps import tomlcompat as tomllib
-from steps.accounts import Account, lookup_account
-from steps.answers import Answers
-from steps.errors import InputError, show_value
-from steps.facts import Facts
-from steps.plan import Action
-from steps.rootfs import RootFS
-from steps.runner import Result
-from steps.safefs import read_bounded
-from steps.stack.check import lock_problems
-from steps.stack.commands import compile_argv
-from steps.stack.heldback import Answer, Probe, Scan
-from steps.stack.index import index_args, index_label, local_index, per_build_index
-from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
-from steps.stack.lock import (
+from steps.core import tomlcompat as tomllib
+from steps.core.accounts import Account, lookup_account
+from steps.core.errors import InputError, show_value
+from steps.core.rootfs import RootFS
+from steps.core.safefs import read_bounded
+from steps.formats.answers import Answers
+from steps.formats.facts import Facts
+from steps.formats.lock import (
     MAX_LOCK_BYTES,
     Lock,
     Pins,
@@ -52,6 +45,13 @@ from steps.stack.lock import (
     build_of_pins,
     parse_requirements,
 )
+from steps.formats.plan import Action
+from steps.run.index import index_args, index_label, local_index, per_build_index
+from steps.run.runner import Result
+from steps.stack.check import lock_problems
+from steps.stack.commands import compile_argv
+from steps.stack.heldback import Answer, Probe, Scan
+from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.releases import check_extension_releases
 from steps.stack.uvfailure import (

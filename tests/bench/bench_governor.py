@@ -38,8 +38,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from steps.governor import Governor
-from steps.units import GiB
+from steps.building.governor import Governor
+from steps.core.sizes import GiB
 
 HERE = Path(__file__).resolve().parent
 PROFILE = HERE / "data" / "flash-attn-2.8.3-sm90-16jobs-mem.txt"

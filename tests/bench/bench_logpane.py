@@ -33,7 +33,7 @@ from textual._time import get_time  # noqa: E402
 from app.tui.app import WizardApp  # noqa: E402
 from app.tui.screens.run import RunScreen  # noqa: E402
 from app.tui.session import Session  # noqa: E402
-from steps import events as ev  # noqa: E402
+from steps.formats import events as ev  # noqa: E402
 
 MIB = 2**20
 ACTION = "extensions.flash-attn.build"

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from uv import find_uv_bin
 
-from steps.buildtools import TOOLS
-from steps.units import GiB
+from steps.building.buildtools import TOOLS
+from steps.core.sizes import GiB
 from tests.bench.bench_governor import PROFILE, measured_shape, write_pool
 from tests.harness import USER_UID, FakeServer
 

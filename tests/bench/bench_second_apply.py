@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from uv import find_uv_bin
 
-from steps.events import Output
+from steps.formats.events import Output
 from tests.common import REPO
 from tests.harness import FakeServer
 from tests.test_installed import make_venv

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.events import ActionFinished, ActionStarted, Event, StepSatisfied, StepStarted
+from steps.formats.events import ActionFinished, ActionStarted, Event, StepSatisfied, StepStarted
 from tests.harness import FakeServer, wait_for
 from tests.realhost.container import Container
 from tests.realhost.hosts import (

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.events import RunStarted
+from steps.formats.events import RunStarted
 from tests.common import REPO
 from tests.harness import FakeServer, wait_for
 from tests.realhost.container import Container
@@ -92,7 +92,7 @@ def test_detached_apply_is_a_transient_unit_that_outlives_its_viewer(
     environ = host.ssh(f"tr '\\0' '\\n' < /proc/{standin}/environ").stdout.splitlines()
     for key, value in handed.items():
         assert f"{key}={value}" in environ, environ
-    # the operator's PATH, less what root does not trust (steps/runner.py drops entries another
+    # the operator's PATH, less what root does not trust (steps/run/runner.py drops entries another
     # account could change), in its order, the stand-ins first
     [path] = [line.split("=", 1)[1] for line in environ if line.startswith("PATH=")]
     handed_path = env["PATH"].split(":")

@@ -3,8 +3,8 @@ the governor and the engine would send them)."""
 
 from __future__ import annotations
 
-from steps import events as ev
-from steps import registry
+from steps.formats import events as ev
+from steps.planning import registry
 
 GIB = 2**30
 T0 = 1_700_000_000.0

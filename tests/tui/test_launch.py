@@ -16,7 +16,7 @@ from app.tui.app import WizardApp
 from app.tui.launch import Launch
 from app.tui.screens.machine import MachineScreen
 from app.tui.session import Session
-from steps.errors import InputError
+from steps.core.errors import InputError
 from tests.common import REPO
 from tests.tui.helpers import empty_root, machine, shown, wait_until
 
@@ -25,13 +25,13 @@ RTX = "rtx-pro-6000-ubuntu2404"
 NOT_FOR_THE_FIRST_SCREEN = (
     "app.tui.session",
     "app.tui.running",
-    "steps.planner",
-    "steps.engine",
-    "steps.knowledge",
-    "steps.probe",
+    "steps.planning.planner",
+    "steps.apply.engine",
+    "steps.known.knowledge",
+    "steps.probing.probe",
     "steps.stack.resolve",
-    "steps.answers",
-    "steps.facts",
+    "steps.formats.answers",
+    "steps.formats.facts",
     "pydantic",
     "pynvml",
     "psutil",

@@ -9,7 +9,7 @@ from textual.geometry import Size
 from app.tui.app import WizardApp
 from app.tui.screens.run import RunScreen
 from app.tui.widgets.logpane import LogPane
-from steps import events as ev
+from steps.formats import events as ev
 from tests.tui import scenes
 from tests.tui.helpers import dry_session, wait_until
 

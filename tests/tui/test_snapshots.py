@@ -15,10 +15,10 @@ from textual.widgets import Input
 from app.tui.app import WizardApp
 from app.tui.session import Session
 from app.tui.trail import jumps
-from steps import events as ev
-from steps.answers import load_answers
-from steps.facts import load_facts
-from steps.rootfs import RootFS
+from steps.core.rootfs import RootFS
+from steps.formats import events as ev
+from steps.formats.answers import load_answers
+from steps.formats.facts import load_facts
 from tests.fakemachine import FakeMachine
 from tests.tui import scenes
 from tests.tui.helpers import dry_session, machine, stack_resolved, wait_until
@@ -31,13 +31,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "assets" / "answers.example.toml
 def _stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The same pixels on every machine: colours on, fancy glyphs, fixed paths."""
     monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.setattr("steps.driver.ASSETS_DIR", Path("/opt/mlsetup/assets"))
+    monkeypatch.setattr("steps.planning.driver.ASSETS_DIR", Path("/opt/mlsetup/assets"))
     # the build's compiler wrapper and ninja shim are shown with their paths (a checkout in
     # CI lies elsewhere than here)
     tools = Path("/opt/mlsetup/assets/buildtools")
-    monkeypatch.setattr("steps.buildtools.TOOLS", tools)
-    monkeypatch.setattr("steps.buildtools.NVCC", tools / "nvcc")
-    monkeypatch.setattr("steps.buildtools.NINJA_DIR", tools / "bin")
+    monkeypatch.setattr("steps.building.buildtools.TOOLS", tools)
+    monkeypatch.setattr("steps.building.buildtools.NVCC", tools / "nvcc")
+    monkeypatch.setattr("steps.building.buildtools.NINJA_DIR", tools / "bin")
     monkeypatch.chdir(tmp_path)
 
 

@@ -23,9 +23,9 @@ from app.tui.session import Session
 from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, Trail
 from app.tui.widgets.keybar import KeyBar
-from steps.answers import load_answers
-from steps.facts import load_facts
-from steps.rootfs import RootFS
+from steps.core.rootfs import RootFS
+from steps.formats.answers import load_answers
+from steps.formats.facts import load_facts
 from tests.tui.helpers import Recorder, apply_confirmed, dry_session, machine, shown, wait_until
 
 RTX = "rtx-pro-6000-ubuntu2404"

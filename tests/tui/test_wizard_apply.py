@@ -11,8 +11,8 @@ from app.tui.screens.resume import ResumeScreen
 from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
-from steps import events as ev
-from steps.knowledge import knowledge
+from steps.formats import events as ev
+from steps.known.knowledge import knowledge
 from tests.harness import DRIVER_STEP, FakeServer, mode, wait_for
 from tests.tui.helpers import Recorder, apply_confirmed, shown, wait_until, walk_to_review
 from tests.wheels import STANDIN_TORCH

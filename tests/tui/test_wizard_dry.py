@@ -12,11 +12,11 @@ from app.tui.screens.run import RunScreen
 from app.tui.screens.summary import SummaryScreen
 from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
-from steps import events as ev
-from steps import registry
-from steps.answers import load_answers
-from steps.facts import load_facts
-from steps.rootfs import RootFS
+from steps.core.rootfs import RootFS
+from steps.formats import events as ev
+from steps.formats.answers import load_answers
+from steps.formats.facts import load_facts
+from steps.planning import registry
 from tests.common import run_cli
 from tests.pkgindex import standard_index
 from tests.tui.helpers import (

@@ -9,7 +9,7 @@ from app.tui.app import WizardApp
 from app.tui.controllers.step import controller_for
 from app.tui.session import Session
 from app.tui.widgets.fields import ChoiceField
-from steps.answers import answers_from_toml
+from steps.formats.answers import answers_from_toml
 from tests.test_answers_fit import (
     BAD,
     FLASH_ATTN,

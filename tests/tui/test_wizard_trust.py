@@ -297,7 +297,7 @@ async def test_refusals_are_shown_where_decided_and_in_the_summary_and_nothing_l
 
 async def test_secure_boot_summary_says_mok_enrolment_waits_at_the_reboot():
     from app.tui.controllers import SummaryController
-    from steps import events as ev
+    from steps.formats import events as ev
 
     app = WizardApp(dry_session("fresh-h100x8-ubuntu2204"))
     model = app.model

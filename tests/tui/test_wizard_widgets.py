@@ -13,7 +13,7 @@ from app.tui.feed import EngineFeed
 from app.tui.screens.run import RunScreen
 from app.tui.widgets.gauge import BudgetChart, MemoryGauge, RamBar, pressure
 from app.tui.widgets.logpane import LogPane
-from steps import events as ev
+from steps.formats import events as ev
 from tests.tui import scenes
 from tests.tui.helpers import Recorder, dry_session, show_run, shown, wait_until
 
@@ -151,7 +151,7 @@ async def test_no_color_and_the_linux_console(monkeypatch):
 
 
 async def test_an_offline_stack_resolution_that_kept_the_venv_is_a_note_not_a_failure():
-    """steps/engine.py: no index reachable, the venv already satisfies the answers: the
+    """steps/apply/engine.py: no index reachable, the venv already satisfies the answers: the
     resolve action failed, the engine says so in a Notice and goes on, unlocked."""
     app = WizardApp(dry_session("h200-ubuntu2404"), opening="wizard")
     async with app.run_test(size=(120, 40)) as pilot:

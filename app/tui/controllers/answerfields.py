@@ -1,4 +1,4 @@
-"""The fields a step screen edits, read from the engine's answers model (steps.answers): the
+"""The fields a step screen edits, read from the engine's answers model (steps.formats.answers): the
 allowed values of a `Literal`, the hint from the field's description. No second list here."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from app.tui.widgets.fields import FieldSpec
-from steps.answers import Answers, ExtensionAnswers
-from steps.knowledge import knowledge
+from steps.formats.answers import Answers, ExtensionAnswers
+from steps.known.knowledge import knowledge
 
 
 def _field(key: str) -> tuple[Any, str]:

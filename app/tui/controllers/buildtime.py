@@ -4,8 +4,8 @@ the warning when only a few jobs fit (a small box compiles for hours, and should
 from __future__ import annotations
 
 from app.tui.session import Session
-from steps.choices import BuildTarget
-from steps.units import gib
+from steps.core.sizes import gib
+from steps.decide.choices import BuildTarget
 
 # A recipe's measured_build (assets/extensions.toml) is one real build for one arch: compile time
 # grows with the archs and falls with the cores; a recipe without one says so.

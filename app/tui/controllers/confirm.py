@@ -7,8 +7,8 @@ from app.tui.controllers.buildtime import minutes as build_minutes
 from app.tui.controllers.step import controller_for
 from app.tui.controllers.todo import reboot_lines, reboots
 from app.tui.session import Session
-from steps import registry
-from steps.plan import Action, Plan
+from steps.formats.plan import Action, Plan
+from steps.planning import registry
 
 
 def apt_packages(action: Action) -> list[str]:
@@ -36,7 +36,7 @@ class ConfirmController:
 
     def sections(self) -> list[tuple[str, list[str]]]:
         """(title, lines) for each kind of change, in the order they happen: the packages, what
-        changes the system outside them (each step's kinds, steps.registry), each pending
+        changes the system outside them (each step's kinds, steps.planning.registry), each pending
         step's own section (its controller's), the reboot."""
         s = self.session
         plan = self.plan()

@@ -8,11 +8,11 @@ from app.tui.controllers.buildtime import build_time, jobs_text, slow_builds
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
 from app.tui.widgets.fields import FieldSpec
-from steps.answers import BuildAnswers
-from steps.choices import BuildTarget, build_ram
-from steps.knowledge import knowledge
-from steps.plan import Step
-from steps.units import gib
+from steps.core.sizes import gib
+from steps.decide.choices import BuildTarget, build_ram
+from steps.formats.answers import BuildAnswers
+from steps.formats.plan import Step
+from steps.known.knowledge import knowledge
 
 
 class ExtensionsController(StepController):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.machine_summary import machine_rows
 from app.tui.controllers.buildtime import slow_builds
 from app.tui.session import Session
-from steps.warnings import machine_warnings
+from steps.decide.planwarnings import machine_warnings
 
 
 class MachineController:

@@ -4,7 +4,7 @@ whether it worked (the machine probed again), what is next."""
 from __future__ import annotations
 
 from app.tui.session import Session
-from steps.state import State
+from steps.formats.state import State
 
 
 class ResumeController:

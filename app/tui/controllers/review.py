@@ -8,7 +8,7 @@ from typing import Any
 from app.tui.controllers.buildtime import slow_builds
 from app.tui.session import Session
 from app.tui.trail import jump_keys
-from steps.plan import Plan
+from steps.formats.plan import Plan
 
 
 class ReviewController:

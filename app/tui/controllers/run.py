@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from app.tui.glyphs import Glyphs
 from app.tui.runmodel import RunModel
-from steps.registry import step_names
-from steps.units import duration
+from steps.core.sizes import duration
+from steps.planning.registry import step_names
 
 STEP_STYLES = {
     "done": "$success",

@@ -1,6 +1,6 @@
 """What every step screen's controller has (Driver, Toolkit, Venv, Extensions, and any step the
 registry adds): its title, the plan's step, the answers it takes, the warnings about it. Each
-step's own controller (named in steps.registry) says what is already there, which fields it
+step's own controller (named in steps.planning.registry) says what is already there, which fields it
 shows and its help. Everything is read again from the planner each time it is asked, so a
 screen shown after Back is current."""
 
@@ -10,8 +10,8 @@ import importlib
 
 from app.tui.session import Session, parse_value, show_value
 from app.tui.widgets.fields import FieldSpec
-from steps import registry
-from steps.plan import Step
+from steps.formats.plan import Step
+from steps.planning import registry
 
 
 class StepController:
@@ -74,7 +74,9 @@ def controller_for(session: Session, step: str) -> StepController:
     """The controller the registry names for `step`'s screen."""
     named = registry.spec(step).controller
     if named is None:
-        raise KeyError(f"step {step} has no wizard screen (steps.registry names no controller)")
+        raise KeyError(
+            f"step {step} has no wizard screen (steps.planning.registry names no controller)"
+        )
     module, _, name = named.partition(":")
     cls = getattr(importlib.import_module(module), name)
     if not (isinstance(cls, type) and issubclass(cls, StepController)):

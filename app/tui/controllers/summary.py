@@ -10,12 +10,12 @@ from app.tui.controllers.todo import activate_line, reboot_lines
 from app.tui.runmodel import RunModel
 from app.tui.session import DEFAULT_SAVE, Session
 from app.tui.trail import answers_screen
-from steps import registry
-from steps.exitcodes import EXIT_OK, EXIT_REBOOT
-from steps.nextcommands import RESUME_COMMAND
-from steps.paths import Paths
-from steps.plan import Action
-from steps.runner import Runner, RunnerError
+from steps.core.exitcodes import EXIT_OK, EXIT_REBOOT
+from steps.core.nextcommands import RESUME_COMMAND
+from steps.core.paths import Paths
+from steps.formats.plan import Action
+from steps.planning import registry
+from steps.run.runner import Runner, RunnerError
 
 SMOKE_SCRIPT = """
 import importlib, json, sys
@@ -73,7 +73,7 @@ class SummaryController:
 
     def would_leave(self) -> list[str]:
         """After a dry run: what a real apply of the same plan would leave on the machine (each
-        pending step's lines, steps.registry)."""
+        pending step's lines, steps.planning.registry)."""
         if not self.model.dry_run or self.model.finished is None:
             return []
         s = self.session

@@ -4,8 +4,8 @@ the line that activates the venv. Shared by the Apply confirmation and the Summa
 from __future__ import annotations
 
 from app.tui.session import Session
-from steps.knowledge import knowledge
-from steps.plan import Plan
+from steps.formats.plan import Plan
+from steps.known.knowledge import knowledge
 
 
 def reboots(plan: Plan) -> bool:

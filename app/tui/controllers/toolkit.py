@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.tui.controllers.answerfields import text
 from app.tui.controllers.step import StepController
 from app.tui.widgets.fields import FieldSpec
-from steps.plan import Step
+from steps.formats.plan import Step
 
 
 class ToolkitController(StepController):

@@ -8,7 +8,7 @@ from app.tui.controllers.answerfields import select, text
 from app.tui.controllers.step import StepController
 from app.tui.session import parse_value
 from app.tui.widgets.fields import FieldSpec
-from steps.plan import Step
+from steps.formats.plan import Step
 
 
 class VenvController(StepController):

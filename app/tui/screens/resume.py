@@ -12,7 +12,7 @@ from textual.widgets import Button, Static
 from app.tui.controllers import ResumeController
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.widgets.fields import Section
-from steps.state import State
+from steps.formats.state import State
 
 
 class ResumeScreen(WizardScreen):

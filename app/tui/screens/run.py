@@ -19,7 +19,7 @@ from app.tui.screens.base import WizardScreen
 from app.tui.widgets.keybar import KeyHint
 from app.tui.widgets.logpane import LogPane
 from app.tui.widgets.runview import RunView
-from steps import events as ev
+from steps.formats import events as ev
 
 
 class RunScreen(WizardScreen):

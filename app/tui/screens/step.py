@@ -1,6 +1,6 @@
 """A step's screen (Driver, Toolkit, Venv, Extensions, and any step the registry adds): what is
 there, the choices, what was refused and why, the exact commands. Its controller is the one
-steps.registry names. Rebuilt from the answers each time the screen is shown."""
+steps.planning.registry names. Rebuilt from the answers each time the screen is shown."""
 
 from __future__ import annotations
 

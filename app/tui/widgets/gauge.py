@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from app.tui.glyphs import Glyphs
 from app.tui.runmodel import MemoryView, budget_percent
-from steps.units import GiB, duration
+from steps.core.sizes import GiB, duration
 
 WARN_AT, HIGH_AT = 75.0, 90.0
 COLOURS = {"ok": "$success", "warn": "$warning", "high": "$error"}

@@ -11,8 +11,8 @@ from textual.geometry import Size
 from textual.widgets import Static
 
 from app.tui.glyphs import Glyphs
-from steps.plan import Step
-from steps.printable import printable
+from steps.core.printable import printable
+from steps.formats.plan import Step
 
 
 def wrap_command(command: str, width: int, indent: str = "  ") -> list[str]:

@@ -21,7 +21,7 @@ from app.tui.glyphs import Glyphs
 from app.tui.runmodel import OVERVIEW, ActionView, RunModel
 from app.tui.widgets.gauge import MemoryGauge
 from app.tui.widgets.logpane import LogPane
-from steps import events as ev
+from steps.formats import events as ev
 
 
 class RunView(Horizontal):

@@ -6,7 +6,7 @@
       installs from): the same files give the same bytes, so its sha256 says whether a host
       already runs exactly this source. -> {"tarball", "id", "version", "top"}
   mlsetup_controller.py answers FILE SOURCE
-      The answers file checked by mlsetup's own validation (steps.answers of the checkout at
+      The answers file checked by mlsetup's own validation (steps.formats.answers of the checkout at
       SOURCE, which needs pydantic and packaging in this Python), so a bad file stops the play
       here, before anything is copied to a host; and what the role needs to know from it.
       -> {"wheelhouse", "reboot_policy"}
@@ -113,8 +113,8 @@ def pack(source: Path, outdir: Path) -> dict:
 def answers(path: Path, source: Path) -> dict:
     sys.path.insert(0, str(source.resolve()))
     try:  # from the checkout the hosts get, so both sides validate the same way
-        from steps.answers import load_answers
-        from steps.errors import InputError
+        from steps.core.errors import InputError
+        from steps.formats.answers import load_answers
     except ImportError as exc:
         fail(
             f"cannot check {path} with mlsetup's own validation ({exc}): the controller's "

@@ -1,0 +1,1 @@
+"""The probe: the machine read into Facts (NVML, /proc, /sys, the fabric)."""
