@@ -562,3 +562,25 @@ def test_a_release_older_than_the_torch_its_releases_are_made_for_is_refused_nam
     run = server.mlsetup("apply", "--answers", str(server.answers), **env(index))
     assert run.returncode == 2, run.stdout + run.stderr
     assert server.calls() == [] and not server.venv.exists()
+
+
+def test_a_package_without_a_wheel_for_the_python_names_the_python_that_has_one(
+    server: FakeServer, tmp_path: Path
+):
+    """uv says which Pythons the wheels it found are for (its hint); the refusal names the
+    newest of them as the venv.python that would work, not "a Python it has wheels for"."""
+    index = setup(server)
+    wheel = index.add("pypi", "oldwheels", "1.0")
+    for tag in ("cp37-cp37m", "cp39-cp39"):
+        shutil.copy(wheel, wheel.with_name(f"oldwheels-1.0-{tag}-manylinux_2_17_x86_64.whl"))
+    wheel.unlink()
+    index._write_project(wheel.parent)  # its page lists the files as they are now
+    write_answers(server, index, ["oldwheels==1.0"])
+
+    plan = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert f"has no wheel for Python {PYTHON}" in plan.stderr, plan.stderr
+    assert 'allowed: venv.python = "3.9" (the newest its wheels there are for: 3.7, 3.9;' in (
+        plan.stderr
+    )
+    assert "Traceback" not in plan.stderr

@@ -114,10 +114,16 @@ class Refusals:
                 f"ran as {self.who}; what would: {what_would}"
             )
         if isinstance(failure, NoPythonWheel):
+            allowed = (
+                f'venv.python = "{failure.has[-1]}" (the newest its wheels there are for: '
+                f"{', '.join(failure.has)}; uv downloads it where the machine lacks it)"
+                if failure.has
+                else "a Python it has wheels for"
+            )
             return InputError(
                 f"venv.python = {self.answers.venv.python!r}: {failure.package} has no wheel "
-                f"for Python {python} ({failure.tag}) on {label}; allowed: a Python it has "
-                'wheels for ("auto" chooses one)'
+                f"for Python {python} ({failure.tag}) on {label}; allowed: {allowed}, or a "
+                f"release of it with wheels for Python {python}"
             )
         if isinstance(failure, BuildFailed):
             return InputError(

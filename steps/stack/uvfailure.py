@@ -32,6 +32,13 @@ _NO_PYTHON_WHEEL = re.compile(
     rf"\b({_NAME})({_SPEC}) has no wheels with a matching Python (?:ABI|version|implementation) "
     r"tag \(e\.g\., `([^`]+)`\)"
 )
+# uv's hint after that error: "we only found wheels for `torch` (v1.13.1) with the following
+# Python ABI tags: `cp37m`, `cp38`, ..." (uv 0.13)
+_FOUND_TAGS = re.compile(
+    r"we only found wheels for `[^`]+` \(v[^)]+\) with the following Python "
+    r"(?:ABI|implementation|version) tags?: ((?:`[^`]+`(?:, )?)+)"
+)
+_CPYTHON_TAG = re.compile(r"`cp3(\d{1,2})[a-z]*`")
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
 # asked for a release above every one there: "Because only flash-attn<=2.8.3.post2 is available"
@@ -80,6 +87,8 @@ class NeedsBuild:
 class NoPythonWheel:
     package: str
     tag: str  # "cp315"
+    # the Pythons its wheels there are for, from uv's hint ("3.7", ... "3.11"), oldest first
+    has: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,9 @@ def read_failure(output: list[str], local: bool = False) -> Failure:
     if m := _INCOMPATIBLE.search(cause):
         return _conflict(cause, m.group(1), m.group(2))
     if m := _NO_PYTHON_WHEEL.search(cause):
-        return NoPythonWheel(m.group(1) + m.group(2), m.group(3))
+        found = _FOUND_TAGS.search(text)
+        minors = sorted({int(t) for t in _CPYTHON_TAG.findall(found.group(1))} if found else ())
+        return NoPythonWheel(m.group(1) + m.group(2), m.group(3), tuple(f"3.{n}" for n in minors))
     return Unexplained(cause[-1200:])
 
 
