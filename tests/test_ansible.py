@@ -55,9 +55,17 @@ def ansible_playbook() -> str:
 def run_playbook(
     base: Path, cfg: Path, inventory: Path, *args: str, timeout: float, **settings: str
 ) -> subprocess.CompletedProcess:
-    """The role's playbook as an operator runs it from `base`, with this test's ansible.cfg
-    and home (never the invoking account's ANSIBLE_* settings) and plain YAML results;
-    `settings`: more ANSIBLE_* variables."""
+    """The role's playbook as an operator runs it from `base` (`playbook_command`), to its end."""
+    argv, env = playbook_command(base, cfg, inventory, *args, **settings)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=base, timeout=timeout)
+
+
+def playbook_command(
+    base: Path, cfg: Path, inventory: Path, *args: str, **settings: str
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of the role's playbook as an operator runs it from `base`, with
+    this test's ansible.cfg and home (never the invoking account's ANSIBLE_* settings) and
+    plain YAML results; `settings`: more ANSIBLE_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(
         ANSIBLE_CONFIG=str(cfg),
@@ -68,14 +76,7 @@ def run_playbook(
         ANSIBLE_ASYNC_DIR=str(base / "ansible-async"),
     )
     env.update(settings)
-    return subprocess.run(
-        [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=base,
-        timeout=timeout,
-    )
+    return [ansible_playbook(), "-i", str(inventory), str(PLAYBOOK), *args], env
 
 
 class Fleet:
@@ -343,7 +344,7 @@ def test_the_fixed_host_finishes_on_the_next_play_from_the_fleets_wheel(fleet: F
     assert boots(fleet.servers["gpu3"]) == 1
 
 
-def _another_wheel(good: bytes, where: Path) -> bytes:
+def another_wheel(good: bytes, where: Path) -> bytes:
     """A valid wheel of the same name and version with other code in it."""
     out = where.with_suffix(".evil")
     with zipfile.ZipFile(where) as src, zipfile.ZipFile(out, "w") as dst:
@@ -368,7 +369,7 @@ def test_a_replaced_wheel_is_passed_over_built_from_source_and_reaches_no_finish
     good = wheel.read_bytes()
     relative = wheel.relative_to(fleet.controller / "wheelhouse")
     gpu3 = fleet.servers["gpu3"]
-    bad = _another_wheel(good, wheel)
+    bad = another_wheel(good, wheel)
     for copy in (wheel, gpu3.base / "wheelhouse" / relative):
         copy.write_bytes(bad)
     python = str(gpu3.venv / "bin/python")

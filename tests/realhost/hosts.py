@@ -117,3 +117,14 @@ class Playbook:
         from tests.test_ansible import run_playbook  # skips without ansible
 
         return run_playbook(self.base, self.cfg, self.inventory, *args, timeout=timeout)
+
+    def start(self, output: Path, *args: str) -> subprocess.Popen:
+        """The play started, not waited for; its output (stdout and stderr) goes to `output`
+        (a pipe nobody reads meanwhile would stop it once full)."""
+        from tests.test_ansible import playbook_command  # skips without ansible
+
+        argv, env = playbook_command(self.base, self.cfg, self.inventory, *args)
+        with output.open("w") as out:
+            return subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=self.base
+            )
