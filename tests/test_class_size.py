@@ -13,10 +13,9 @@ from tests.common import REPO
 LIMIT = 300
 
 # "path:Class": its lines when listed. Bring one under and delete its entry here.
-STILL_OVER = {
-    # the Run screen's log, progress and follow-up keys in one class (issue 35: RunScreen 366)
-    "app/tui/screens/run.py:RunScreen": 366,
-}
+# each with why it is still over (issue 35 brought RunScreen, Resolution and ExtensionBuilds
+# under); an entry is deleted when its class falls under LIMIT (the test says so)
+STILL_OVER: dict[str, int] = {}
 
 
 def classes_over(limit: int, *roots: Path) -> dict[str, int]:
