@@ -171,3 +171,22 @@ def test_what_another_accounts_build_taught_never_sizes_or_orders_roots_build(
     for kept in builds.glob("tinyext-0.1.0.by-*"):
         assert kept.name.startswith("tinyext-0.1.0.by-0.") and kept.stat().st_uid == 0
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_roots_own_cache_is_never_handed_to_the_owners_uv(server: FakeServer, tmp_path: Path):
+    """root's UV_CACHE_DIR (a root-only directory, as `mktemp -d` makes one) named in the
+    environment sudo keeps: the venv owner's uv could not write it ("Could not acquire lock" at
+    venv.create) and is not given root's paths; each uv the owner runs uses the owner's cache."""
+    environs = _recording_environs(server)
+    server.machine.driver_loaded("580.105.08")
+    roots = tmp_path / "roots-uv-cache"
+    roots.mkdir(mode=0o700)
+    run = server.mlsetup(
+        "apply", "--answers", str(server.answers), UV_CACHE_DIR=str(roots), PIP_CACHE_DIR=str(roots)
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    owners = _owners_environs(environs)
+    assert owners, run.stdout
+    for environ in owners:
+        assert str(roots) not in environ, environ
+        assert f"UV_CACHE_DIR={server.home}/.cache/uv" in environ.split("\n"), environ

@@ -113,9 +113,11 @@ def trusted_path(path: str) -> tuple[str, list[str]]:
     return ":".join(kept), dropped
 
 
-def root_caches(home: str) -> dict[str, str]:
-    """uv's and pip's caches for a command root runs: root's own, whatever cache the invoking
-    user's environment named (root must not write through that user's links)."""
+def caches_of(home: str) -> dict[str, str]:
+    """uv's and pip's caches for a command root starts: those of the account it runs as, under
+    its home, whatever cache the environment named. Root must not write through the invoking
+    user's links, and another account cannot use root's cache (a root-only directory: its uv
+    stopped at "Could not acquire lock") and is not handed root's paths."""
     return {"UV_CACHE_DIR": f"{home}/.cache/uv", "PIP_CACHE_DIR": f"{home}/.cache/pip"}
 
 
@@ -182,8 +184,8 @@ class Runner:
         env = {"PATH": self.base_path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **self.passthrough}
         name, home = (account.name, account.home) if account is not None else own_account()
         env.update(HOME=home, USER=name, LOGNAME=name)
-        if account is None and os.geteuid() == 0:
-            env.update(root_caches(home))
+        if account is not None or os.geteuid() == 0:
+            env.update(caches_of(home))
         env.update(action.env)
         if Path(action.argv[0]).name == "uv":  # system certificates, pip's index for uv
             env = {**uv_environment(env, self.fs.root), **env}
