@@ -42,7 +42,8 @@ _CPYTHON_TAG = re.compile(r"`cp3(\d{1,2})[a-z]*`")
 _BUILD_FAILED = re.compile(rf"Failed to (?:download and )?build `({_NAME})(?:==|\s@\s)?([^`]*)`")
 _FETCH_FAILED = re.compile(r"Failed to (?:fetch|query|download)[^:]*:\s*`?([a-z+]+://[^\s`]+)`?")
 # asked for a release above every one there: "Because only flash-attn<=2.8.3.post2 is available"
-_ONLY_UP_TO = re.compile(rf"only ({_NAME})<=([^\s,]+) is available")
+# "only NAME<=NEWEST is available", or "only NAME==IT" when the index has one release
+_ONLY_UP_TO = re.compile(rf"only ({_NAME})(?:<=|==)([^\s,]+) is available")
 OFFLINE_MARKERS = ("network was disabled", "not found in the cache")
 OFFLINE_DETAIL = (
     "uv runs offline (UV_OFFLINE or --offline) and its cache lacks what the stack needs"
