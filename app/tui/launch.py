@@ -10,15 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.tui.machinelabel import machine_label
+
 if TYPE_CHECKING:
     from app.tui.session import Session
-
-
-def machine_label(facts_file: Path | None, root: Path) -> str:
-    """The machine as the headings name it: the recorded file, this machine, or the root."""
-    if facts_file is not None:
-        return facts_file.name
-    return "this machine" if root == Path("/") else f"the machine under {root}"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.tui.launch import machine_label
+from app.tui.machinelabel import machine_label
 from steps.apply.engine import ApplyLock
 from steps.core.errors import InputError, describe_validation_error, refusal
 from steps.core.paths import STATE_DIR, Paths
