@@ -36,17 +36,33 @@ def make_plan(
     """`venv`: what the venv already holds; `wheels`: cache key -> directory of a wheel built
     earlier (steps.building.wheels.find_wheels). Both None for a machine that is not this one.
     `lock`: the resolved stack whose torch every step follows; None plans from knowledge."""
-    choices: Choices = choose(facts, answers, lock)
-    check_on_machine(choices, answers, None)
-    inputs = registry.PlanInputs(facts, answers, choices, venv, wheels or {})
-    # each step named after its registry entry: a step module names no step
-    steps = _share_repo_setup([spec.plan(inputs).named(spec.name) for spec in registry.STEPS])
+    inputs = plan_inputs(facts, answers, venv, wheels, lock)
+    steps = _share_repo_setup(own_steps(inputs))
     _check_reboot_policy(facts, answers, steps)
     return Plan(
-        warnings=[*notes, *(w.text for w in choices.warnings)],
+        warnings=[*notes, *(w.text for w in inputs.choices.warnings)],
         steps=steps,
         lock=lock.summary() if lock else None,
     )
+
+
+def plan_inputs(
+    facts: Facts,
+    answers: Answers,
+    venv: VenvState | None = None,
+    wheels: Mapping[str, str] | None = None,
+    lock: Lock | None = None,
+) -> registry.PlanInputs:
+    """What every step plans from: the decisions made once for all steps among them."""
+    choices: Choices = choose(facts, answers, lock)
+    check_on_machine(choices, answers, None)
+    return registry.PlanInputs(facts, answers, choices, venv, wheels or {})
+
+
+def own_steps(inputs: registry.PlanInputs) -> list[Step]:
+    """Each step as its own planner has it, named after its registry entry (a step module names
+    no step): every step that needs NVIDIA's repo still has the actions that set it up."""
+    return [spec.plan(inputs).named(spec.name) for spec in registry.STEPS]
 
 
 def _check_reboot_policy(facts: Facts, answers: Answers, steps: list[Step]) -> None:
