@@ -1,9 +1,15 @@
 """docs/formats.md describes every key of Facts, Plan and the report, from their models: its
-keys, their types (the step names and action kinds among them) and the step order it states."""
+keys and their types (the action kinds among them). Two parts of it are generated, the report
+table (from `Report`'s JSON schema) and the line naming the steps in order (from the registry,
+which the type "step name" refers to); after changing either:
+
+    .venv/bin/python -m tests.test_formats --regenerate"""
 
 from __future__ import annotations
 
-import re
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -16,9 +22,19 @@ from steps.planning import registry
 from tests.common import REPO
 
 DOC = REPO / "docs" / "formats.md"
+REGENERATE = ".venv/bin/python -m tests.test_formats --regenerate"
+STEPS_LINE = "Steps are in the order of `steps/planning/registry.py`: "
+STEP_NAME = "step name"  # the type of a step's name: one of the steps the doc's line names
+
+
+def steps_line() -> str:
+    """The doc's line naming each step, in order, with its title."""
+    return STEPS_LINE + ", ".join(f"`{s.name}` ({s.title})" for s in registry.STEPS) + "."
 
 
 def _type(s: dict[str, Any]) -> str:
+    if s.get("enum") == list(registry.step_names()):
+        return STEP_NAME
     if "$ref" in s:
         return "object"
     if "anyOf" in s:
@@ -59,11 +75,22 @@ def test_every_key_of_the_model_is_documented(model: type[BaseModel]):
     assert not missing, f"docs/formats.md lacks {missing}"
 
 
-def test_the_report_table_is_the_one_its_model_generates():
+def generated(doc: str) -> str:
+    """`doc` with its generated parts as the models and the registry make them now."""
+    lines = doc.split("\n")
+    report = lines.index(next(line for line in lines if line.startswith("## report")))
+    rows = [i for i, line in enumerate(lines) if i > report and line.startswith("| `")]
+    lines[rows[0] : rows[-1] + 1] = model_rows(Report)
+    said = [i for i, line in enumerate(lines) if line.startswith(STEPS_LINE)]
+    assert len(said) == 1, f"docs/formats.md should have one line starting {STEPS_LINE!r}"
+    lines[said[0]] = steps_line()
+    return "\n".join(lines)
+
+
+def test_the_generated_parts_of_the_doc_are_current():
+    """The report table and the steps' line: a new key, step or title needs the command."""
     doc = DOC.read_text()
-    report = doc[doc.index("## report") :]
-    missing = [row for row in model_rows(Report) if row not in report]
-    assert not missing, f"regenerate the report table of docs/formats.md: {missing}"
+    assert doc == generated(doc), f"docs/formats.md is not current: {REGENERATE}"
 
 
 SECTIONS: dict[type[BaseModel], str] = {Facts: "Facts:", Plan: "Plan:", Report: "report:"}
@@ -75,9 +102,10 @@ def _cells(row: str) -> list[str]:
 
 @pytest.mark.parametrize("model", [Facts, Plan, Report])
 def test_each_documented_type_is_the_models(model: type[BaseModel]):
-    """The type column says what the model accepts: the step names and the action kinds are
-    the schema's enums (the registry's order, `ActionKind`), so a new step or kind that the
-    doc does not list fails here. "(optional)" marks a key a Facts reader may lack."""
+    """The type column says what the model accepts: a step's name is a "step name" (the
+    schema's enum is the registry's, which the doc's generated line names), the action kinds
+    are `ActionKind`'s, so a new kind that the doc does not list fails here. "(optional)" marks
+    a key a Facts reader may lack."""
     doc = DOC.read_text()
     section = doc[doc.index(f"## {SECTIONS[model]}") :].split("\n## ")[0]
     documented = {
@@ -91,10 +119,30 @@ def test_each_documented_type_is_the_models(model: type[BaseModel]):
     assert not wrong, wrong
 
 
-def test_the_step_order_the_doc_states_is_the_registrys():
-    doc = DOC.read_text()
-    names = list(registry.step_names())
-    said = re.search(r"Steps are in the order of `steps/planning/registry.py`: ([a-z, \n]+)", doc)
-    assert said and re.split(r",\s*", said.group(1).strip()) == names, said
-    failure = next(line for line in doc.splitlines() if line.startswith("| `failure.step` |"))
-    assert f"({', '.join(names)};" in failure, failure
+def test_the_doc_names_the_steps_in_one_place():
+    """Nowhere else does the doc list the step names: a new step changes its one line."""
+    doc = DOC.read_text().replace(steps_line(), "")
+    first = registry.step_names()[:2]
+    lists = (", ".join(first), " \\| ".join(f'"{n}"' for n in first))
+    listed = [line for line in doc.splitlines() if any(x in line for x in lists)]
+    assert not listed, listed
+    assert f"| {STEP_NAME} |" in doc
+
+
+def test_a_plan_schema_made_before_the_registry_is_loaded_refuses_no_step_name():
+    """The step names' enum comes from the registry; a reader of the Plan model alone (a script
+    that never plans) gets a plain string, not an enum of none."""
+    code = (
+        "import json\nfrom steps.formats.plan import Plan\n"
+        "print(json.dumps(Plan.model_json_schema()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, check=True)
+    name = json.loads(out.stdout)["$defs"]["Step"]["properties"]["name"]
+    assert name == {"title": "Name", "type": "string"}, name
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regenerate"]:
+        sys.exit(f"usage: {REGENERATE}")
+    DOC.write_text(generated(DOC.read_text()))
+    print(f"wrote {DOC}")

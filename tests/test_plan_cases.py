@@ -86,7 +86,9 @@ def planned(case: dict[str, Any]) -> dict[str, Any]:
     if "steps" in expect:
         # the steps it names, in the registry's order (a name the registry lacks: none, to fail)
         got["steps"] = {
-            s.name: _step(s, o) for s, o in zip(plan.steps, own) if s.name in expect["steps"]
+            s.name: _step(s, o)
+            for s, o in zip(plan.steps, own, strict=True)
+            if s.name in expect["steps"]
         }
     if "warnings" in expect:
         got["warnings"] = plan.warnings

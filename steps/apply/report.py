@@ -37,7 +37,7 @@ class Failure(_Strict):
     """Why the run stopped: the same what / why / next the console and the TUI showed."""
 
     step: str = Field(
-        description=f"the step that failed ({registry.names_text()}; start when nothing had begun)"
+        description="the step that failed (a step name; start when nothing had begun)"
     )
     action: str | None = Field(
         description="the action that failed, or null (a check between actions)"

@@ -15,7 +15,10 @@ PLAN_SCHEMA: Final = "mlsetup.plan/1"
 
 
 def _step_name_schema(schema: dict[str, Any]) -> None:
-    schema["enum"] = registered_step_names()
+    # before the registry is loaded no name is known: a plain string then, never an empty enum
+    # (which no name would pass)
+    if names := registered_step_names():
+        schema["enum"] = names
 
 
 # A step's name: the planner stamps each step with its registry entry's name (docs/formats.md

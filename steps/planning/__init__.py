@@ -1,2 +1,2 @@
-"""The planner and the step registry, and the step modules, each planning its own step (none knows
-another): driver, fabric, toolkit, venv, extensions; apt's commands."""
+"""The planner and the step registry, and the step modules (one per registry entry), each planning
+its own step (none knows another); apt's commands."""

@@ -4,7 +4,8 @@ The plan's and the report's step names (the planner stamps each planner's outcom
 entry's name) and their order, the engine's loop, the console's label width, the dry run's and
 the wizard's "would leave" lines, the confirmation's sections, the wizard's trail, its jump keys
 and key hints all come from `STEPS`. Adding a step is its module (a planner function and what
-it leaves), one entry here and, if it asks something, its wizard controller.
+it leaves), one entry here, its case in tests/fixtures/plans/ and, if it asks something, its
+wizard controller.
 
 A step either changes the machine ("changes": after its actions a fresh plan must find it
 satisfied) or only checks it ("checks": its actions are the check, they pass or fail; they
@@ -214,11 +215,6 @@ def system_changes() -> frozenset[str]:
 def label_width() -> int:
     """The console's column for step names: the longest, and a space."""
     return max(len(s.name) for s in STEPS) + 1
-
-
-def names_text() -> str:
-    """The steps as a sentence lists them: "driver, fabric, toolkit, venv, extensions"."""
-    return ", ".join(step_names())
 
 
 def would_leave(inputs: PlanInputs, pending: set[str]) -> list[str]:
