@@ -127,9 +127,14 @@ def _dcgm_plan(i: registry.PlanInputs) -> Outcome:
     if not i.facts.gpus or i.facts.driver_is_hosts() or repo is None:
         return satisfied("no GPU to watch here")
     start = Action(
-        id="dcgm.start", kind="service", title="Start DCGM", argv=["systemctl", "restart", "dcgm"]
+        id="throwaway-dcgm.start",
+        kind="service",
+        title="Start DCGM",
+        argv=["systemctl", "restart", "dcgm"],
     )
-    return pending("install DCGM", [*repo, apt_install("dcgm.install", "DCGM", ["dcgm"]), start])
+    return pending(
+        "install DCGM", [*repo, apt_install("throwaway-dcgm.install", "DCGM", ["dcgm"]), start]
+    )
 
 
 def test_a_new_step_that_needs_nvidias_repo_changes_no_case(monkeypatch: pytest.MonkeyPatch):
@@ -137,13 +142,13 @@ def test_a_new_step_that_needs_nvidias_repo_changes_no_case(monkeypatch: pytest.
     takes the repo's setup from the toolkit where the driver is satisfied
     (toolkit-beside-a-loaded-driver), and every case plans as recorded; what it lacks is a case
     of its own."""
-    dcgm = registry.StepSpec("dcgm", "DCGM", _dcgm_plan, None, lambda _i: ["DCGM"])
+    dcgm = registry.StepSpec("throwaway-dcgm", "DCGM", _dcgm_plan, None, lambda _i: ["DCGM"])
     at = registry.step_names().index("toolkit")
     monkeypatch.setattr(registry, "STEPS", (*registry.STEPS[:at], dcgm, *registry.STEPS[at:]))
     for path in CASES:
         case = json.loads(path.read_text())
         assert planned(case) == case["expect"], path.name
-    assert steps_without_a_case() == ["dcgm"]
+    assert "throwaway-dcgm" in steps_without_a_case()
 
 
 def test_the_cases_cover_what_the_planner_decides_by():
