@@ -162,6 +162,9 @@ def test_fresh_box_installs_pinned_open_driver_blacklists_nouveau_and_reboots():
     )
     prereq = next(a for a in driver.actions if a.id == "driver.prerequisites")
     assert "linux-headers-5.15.0-126-generic" in prereq.argv
+    # the headers come from the lists just refreshed (the plan cases record the driver's own
+    # actions apart from the repo's)
+    assert ids.index("nvidia-repo.apt-update") < ids.index("driver.prerequisites")
     keyring = next(a for a in driver.actions if a.id == "nvidia-repo.keyring-download")
     assert keyring.argv[-1].startswith(
         "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
