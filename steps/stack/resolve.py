@@ -50,7 +50,7 @@ from steps.run.index import index_args, index_label, local_index, per_build_inde
 from steps.run.runner import Result
 from steps.stack.check import lock_problems
 from steps.stack.commands import compile_argv
-from steps.stack.heldback import Answer, Probe, Scan
+from steps.stack.heldback import Answer, Probe, Scan, source_only_above
 from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.releases import check_extension_releases
@@ -196,6 +196,10 @@ class Resolution:
                     _asked(self.answers),
                 )
                 text, held = scan.settle(compiled.text)
+                if not self.resolver.builds and (
+                    old := source_only_above(scan.ask, text, scan.requested)
+                ):
+                    raise InputError(self.refuse.source_only(old, build, python.version))
                 return self._lock_from(text, build, python, attempts, held)
             failure = read_failure(compiled.result.tail, self.local)
             pin = torch_pin(failure)
