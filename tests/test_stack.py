@@ -590,15 +590,17 @@ def test_a_package_whose_newer_releases_are_source_only_is_not_locked_old_withou
     server: FakeServer,
 ):
     """Root resolves with builds off, and uv then sees only the releases with a wheel: deepspeed
-    on PyPI (wheels up to 0.3.1.dev5, sdists only up to 0.19.8) locked 0.3.1.dev5 without a
-    word. Here srconly has a wheel of 0.1.0 and only sdists of 2.0.0 and 2.1.0: a root venv, and
-    a recorded machine resolved by plain root (no SUDO_USER: nobody to build as), are refused
-    naming both releases and what works; nothing is built, and the old release pinned is taken."""
+    on PyPI (wheels up to 0.3.1.dev5, only sdists after it, up to 0.19.8) locked 0.3.1.dev3 with
+    transformers and accelerate, without a word. Here srconly has wheels of 0.1.0 and 0.1.1
+    (which the stack refuses) and only sdists of 2.0.0 and 2.1.0: a root venv, and a recorded
+    machine resolved by plain root (no SUDO_USER: nobody to build as), are refused naming both
+    releases and what works; nothing is built, and the old release pinned is taken."""
     index = setup(server)
     uids = server.base / "uids.log"
     uids.touch()
     uids.chmod(0o666)
     index.add("pypi", "srconly", "0.1.0")
+    index.add("pypi", "srconly", "0.1.1", requires=("helper<1",))  # a wheel the stack refuses
     index.add_sdist("pypi", "srconly", "2.0.0", uids)
     index.add_sdist("pypi", "srconly", "2.1.0", uids)
 
@@ -607,9 +609,9 @@ def test_a_package_whose_newer_releases_are_source_only_is_not_locked_old_withou
     assert run.returncode == 2, run.stdout + run.stderr
     message = " ".join(run.stderr.split())
     assert (
-        "torch.packages ['srconly']: srconly would lock to 0.1.0, its newest release with a "
-        f"wheel on {index.root}/cu130 (then {index.default_url}) for Python {PYTHON}, far below "
-        "2.1.0, its newest: the releases above 0.1.0 have only source." in message
+        "torch.packages ['srconly']: srconly would lock to 0.1.0, far below 2.1.0, its newest "
+        f"release, which has no wheel on {index.root}/cu130 (then {index.default_url}) for "
+        f"Python {PYTHON}, only source." in message
     ), message
     assert "this resolution ran as root" in message
     assert "set venv.user to an ordinary account" in message

@@ -22,10 +22,10 @@ The packages are scanned by name, so, with the requirements in their canonical o
 
 A resolution that builds nothing (root's: `--no-build`) sees only the releases that have a wheel,
 and uv quietly takes an old one that has: on PyPI (2026-12-03) deepspeed's releases after
-0.3.1.dev5 have only an sdist, so it took 0.3.1.dev5 where 0.19.8 is the newest ("deepspeed>=
-0.3.1.dev6 has no usable wheels"). The scan cannot see that (its own questions are asked without
-builds too), so `source_only_above` asks the index for the newest release, wheel or source, and
-uv why none above the locked one will do."""
+0.3.1.dev5 have only an sdist, and with transformers and accelerate it took 0.3.1.dev3 where
+0.19.8 is the newest. The scan cannot see that (its own questions are asked without builds too),
+so `source_only_above` asks the index for the newest release, wheel or source, and whether that
+one has a wheel."""
 
 from __future__ import annotations
 
@@ -270,8 +270,8 @@ class Scan:
 
 @dataclass(frozen=True)
 class SourceOnly:
-    """`package` locks `locked`, far below `newest`: every release above `locked` has only
-    source, and the resolution builds nothing."""
+    """`package` locks `locked`, far below `newest`, its newest release, which has only source
+    (and the resolution builds nothing)."""
 
     package: str
     locked: str
@@ -279,11 +279,12 @@ class SourceOnly:
 
 
 def source_only_above(ask: Ask, text: str, requested: list[str]) -> list[SourceOnly]:
-    """The `requested` packages (canonical names) that the lock `text` holds far below their
-    newest release only because the releases above have no wheel: for each, the newest release
-    on the index (`P>=ABOVE_ALL`: uv names it, source or not), then, when the locked one is far
-    below it, `P>LOCKED` alone, which uv refuses for want of a wheel. For a resolution without
-    builds only: with builds, uv reads an sdist's metadata from its build and takes it."""
+    """The `requested` packages (canonical names) that the lock `text` holds far below a newest
+    release that has only source: for each, the newest release on the index (`P>=ABOVE_ALL`:
+    uv names it, source or not), then, when the locked one is far below it, that release alone,
+    which uv refuses for want of a wheel. (Not "any release above the locked one": with the
+    whole stack uv took deepspeed 0.3.1.dev3, and 0.3.1.dev5 has a wheel too.) For a resolution
+    without builds only: with builds, uv reads an sdist's metadata from its build."""
     pins = _versions(text)
     found = []
     for name in sorted(n for n in requested if n in pins):
@@ -298,15 +299,15 @@ def source_only_above(ask: Ask, text: str, requested: list[str]) -> list[SourceO
         newest = newest_available(top.output) if top.text is None else None
         if newest is None or not far_below(pins[name], newest):
             continue
-        above = ask(
+        alone = ask(
             Probe(
-                f"venv.resolve-check-wheels-{name}",
-                f"Ask uv why no {name} above {pins[name]} is taken",
-                [f"{name}>{pins[name]}"],
+                f"venv.resolve-check-wheel-of-{name}",
+                f"Ask uv whether {name} {newest} has a wheel",
+                [f"{name}=={newest}"],
                 no_deps=True,
             )
         )
-        failure = read_failure(above.output) if above.text is None else None
+        failure = read_failure(alone.output) if alone.text is None else None
         if isinstance(failure, NeedsBuild) and name in failure.packages:
             found.append(SourceOnly(name, pins[name], newest))
     return found

@@ -143,14 +143,13 @@ class Refusals:
         )
 
     def source_only(self, found: list[SourceOnly], build: str, python: str) -> str:
-        """Requested packages the resolution would lock far below their newest release because
-        the releases above have no wheel and root builds nothing: each, and what would work (a
-        resolution that may build, or the old release pinned, taken knowingly)."""
+        """Requested packages the resolution would lock far below their newest release, which
+        has no wheel, as root builds nothing: each, and what would work (a resolution that may
+        build, or the old release pinned, taken knowingly)."""
         label = self._label(build)
         each = "; ".join(
-            f"{s.package} would lock to {s.locked}, its newest release with a wheel on {label} "
-            f"for Python {python}, far below {s.newest}, its newest: the releases above "
-            f"{s.locked} have only source"
+            f"{s.package} would lock to {s.locked}, far below {s.newest}, its newest release, "
+            f"which has no wheel on {label} for Python {python}, only source"
             for s in found
         )
         pins = ", ".join(f'"{s.package}=={s.locked}"' for s in found)
