@@ -324,7 +324,7 @@ def main() -> int:
                     uv_binary(), "pip", "compile", "--no-header", "--no-python-downloads",
                     "--generate-hashes", "--python-version", python, "--python-platform", PLATFORM,
                     "--default-index", index, "--output-file", str(infile.with_suffix(".txt")),
-                    str(infile),
+                    *([] if stack.get("builds", True) else ["--no-build"]), str(infile),
                 ]  # fmt: skip
                 start = time.monotonic()
                 done = run(argv, env, work)
@@ -500,7 +500,7 @@ def run_mlsetup(stack: dict, python: str, index: str, work: Path, env: dict, acc
         )
     )
     full = {**env, "UV_DEFAULT_INDEX": index, "PYTHONPATH": str(REPO)}
-    if account:
+    if account and stack.get("builds", True):  # else plain root: nobody to build as
         full["SUDO_USER"] = account.pw_name
     argv = [sys.executable, "-m", "app.cli", "lock", "--facts", str(facts_file)]
     argv += ["--answers", str(answers), "-o", str(work / "mlsetup.lock")]

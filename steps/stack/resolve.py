@@ -6,7 +6,9 @@ sdist whose metadata only its build backend can give (deepspeed, sqlitedict) is 
 venv's owner (or, for a recorded machine, the invoking account) with builds allowed, each run in
 a fresh directory of that account's; root only reads the lock it writes, bounded and without
 following links. The pins that have no wheel are named (`Lock.sources`): the owner builds them at
-the sync.
+the sync. With nobody to build as (plain root, a venv of root's), a requested package whose newest
+release has only source is refused, not locked to an old release that has a wheel
+(steps.stack.heldback.source_only_above).
 
 What the lock is: the torch build from the distribution (its local version, else the CUDA runtime
 its wheel requires); the packages that decided torch from uv itself (a probe asks for a newer
