@@ -29,7 +29,6 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from packaging.version import Version
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -37,6 +36,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
+from packaging.version import Version
 
 from steps.core.inputfiles import parse_toml
 
