@@ -12,7 +12,8 @@ build backend its build installs) is kept if it is small. Then it writes tests/f
 pypi-record.zip (tests/recorded_pypi.py: the layout, the pruning, the server).
 
 uv is run with builds allowed (an sdist's metadata may need one), so as an ordinary account:
-run the tool as one, or as root with --as-user NAME.
+run the tool as one, or as root with --as-user NAME. A stack with `builds = false` is resolved
+as plain root resolves it: `--no-build`, and `mlsetup lock` without SUDO_USER.
 
     python tools/record_pypi.py [--as-user NAME] [--mlsetup] [--only NAME] [--upstream URL]
         [--merge]
