@@ -36,6 +36,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
+from packaging.version import Version
 
 from steps.core.inputfiles import parse_toml
 
@@ -163,11 +164,14 @@ class Recording:
 
     def merge(self, new: Recording) -> None:
         """Add what another recording read: the projects this one lacks, and the metadata and
-        files of the releases its pages list. A project recorded here keeps its page as it was,
-        so the stacks recorded before resolve as they did (a release uploaded since is not
-        added); the new stack resolves among the releases recorded."""
+        files of the releases its pages list. A project recorded here keeps its releases and
+        gains only older ones (deepspeed's last wheels, which only a resolution without builds
+        reads), so the stacks recorded before resolve as they did (a release uploaded since is
+        not added); the new stack resolves among the releases recorded."""
         for name, page in new.pages.items():
-            self.pages.setdefault(name, page)
+            kept = self.pages.setdefault(name, page)
+            if kept is not page:
+                kept["files"] = [*kept.get("files", []), *_older(kept, page)]
         listed = {f["filename"] for page in self.pages.values() for f in page.get("files", [])}
         self.metadata.update({k: v for k, v in new.metadata.items() if k in listed})
         self.files.update({k: v for k, v in new.files.items() if k in listed})
@@ -191,6 +195,20 @@ class Recording:
                 info.compress_type = zipfile.ZIP_LZMA
                 zf.writestr(info, members[member])
         tmp.replace(path)
+
+
+def _older(kept: dict, page: dict) -> list[dict]:
+    """The files of `page` of releases older than every release `kept` lists (none when it lists
+    none), which `kept` lacks."""
+    versions = {version_of(f["filename"]) for f in kept.get("files", [])} - {None}
+    if not versions:
+        return []
+    oldest = min(Version(v) for v in versions if v)
+    return [
+        f
+        for f in page.get("files", [])
+        if (v := version_of(f["filename"])) and v not in versions and Version(v) < oldest
+    ]
 
 
 class Archive:

@@ -146,6 +146,37 @@ def test_deepspeed_is_resolved_by_the_account_from_its_sdist_and_a_cuda_build_is
     assert cu130["decided_by"] == ["torch.cuda cu130 (torch>=2.11,<2.15)"]
 
 
+def test_deepspeed_resolved_by_plain_root_is_refused_not_locked_to_an_old_wheel(server, pypi, trap):
+    """Plain root (no SUDO_USER) has nobody to build deepspeed's sdist as: uv, with builds off,
+    took 0.3.1.dev3, deepspeed's last wheel its requirements allow (0.3.1.dev4 and dev5 need
+    cpufeature, which has none), where 0.19.8 is the newest. Refused naming both and what works;
+    the old release pinned is taken knowingly."""
+    stack = ["transformers", "accelerate", "deepspeed"]
+    out = server.base / "stack.lock"
+    run = server.mlsetup(
+        "lock", "--facts", str(RTX), "--answers", answers(server, stack), "-o", str(out),
+        timeout=600, **env(pypi, trap, SUDO_USER=""),
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert (
+        "deepspeed would lock to 0.3.1.dev3, far below 0.19.8, its newest release, which has no "
+        f"wheel on {pypi.url} for Python 3.12, only source" in message
+    ), message
+    assert "run it as an ordinary account of this machine (without sudo" in message
+    assert '"deepspeed==0.3.1.dev3" in torch.packages' in message
+    assert "Traceback" not in run.stderr and not out.exists()
+
+    pinned = ["transformers", "accelerate", "deepspeed==0.3.1.dev3"]
+    run = server.mlsetup(
+        "lock", "--facts", str(RTX), "--answers", answers(server, pinned), "-o", str(out),
+        "--json", timeout=600, **env(pypi, trap, SUDO_USER=""),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["packages"]["deepspeed"] == "0.3.1.dev3"
+
+
 def test_vllm_with_an_old_xformers_names_both_and_torch(server, pypi, trap):
     message = refused(server, pypi, trap, ["vllm==0.33.0", "xformers==0.0.30"])
     assert "cannot be installed together" in message

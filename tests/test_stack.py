@@ -584,3 +584,53 @@ def test_a_package_without_a_wheel_for_the_python_names_the_python_that_has_one(
         plan.stderr
     )
     assert "Traceback" not in plan.stderr
+
+
+def test_a_package_whose_newer_releases_are_source_only_is_not_locked_old_without_a_word(
+    server: FakeServer,
+):
+    """Root resolves with builds off, and uv then sees only the releases with a wheel: deepspeed
+    on PyPI (wheels up to 0.3.1.dev5, only sdists after it, up to 0.19.8) locked 0.3.1.dev3 with
+    transformers and accelerate, without a word. Here srconly has wheels of 0.1.0 and 0.1.1
+    (which the stack refuses) and only sdists of 2.0.0 and 2.1.0: a root venv, and a recorded
+    machine resolved by plain root (no SUDO_USER: nobody to build as), are refused naming both
+    releases and what works; nothing is built, and the old release pinned is taken."""
+    index = setup(server)
+    uids = server.base / "uids.log"
+    uids.touch()
+    uids.chmod(0o666)
+    index.add("pypi", "srconly", "0.1.0")
+    index.add("pypi", "srconly", "0.1.1", requires=("helper<1",))  # a wheel the stack refuses
+    index.add_sdist("pypi", "srconly", "2.0.0", uids)
+    index.add_sdist("pypi", "srconly", "2.1.0", uids)
+
+    write_answers(server, index, ["srconly"], venv='user = "root"')
+    run = server.mlsetup("plan", "--answers", str(server.answers), **env(index))
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert (
+        "torch.packages ['srconly']: srconly would lock to 0.1.0, far below 2.1.0, its newest "
+        f"release, which has no wheel on {index.root}/cu130 (then {index.default_url}) for "
+        f"Python {PYTHON}, only source." in message
+    ), message
+    assert "this resolution ran as root" in message
+    assert "set venv.user to an ordinary account" in message
+    assert 'or "srconly==0.1.0" in torch.packages, to take the old release knowingly' in message
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+    facts = server.base / "facts.json"
+    probed = server.mlsetup("probe", "--json")
+    assert probed.returncode == 0, probed.stderr
+    facts.write_text(probed.stdout)
+    write_answers(server, index, ["srconly"])
+    recorded = server.mlsetup(
+        "plan", "--facts", str(facts), "--answers", str(server.answers), SUDO_USER="",
+        **env(index),
+    )  # fmt: skip
+    assert recorded.returncode == 2, recorded.stdout + recorded.stderr
+    assert "srconly would lock to 0.1.0" in recorded.stderr
+    assert "run it as an ordinary account of this machine (without sudo" in recorded.stderr
+
+    write_answers(server, index, ["srconly==0.1.0"], venv='user = "root"')
+    assert plan_json(server, index)["lock"]["packages"]["srconly"] == "0.1.0"
+    assert uids.read_text() == ""  # neither sdist's build ran, as anyone

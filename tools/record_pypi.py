@@ -12,7 +12,8 @@ build backend its build installs) is kept if it is small. Then it writes tests/f
 pypi-record.zip (tests/recorded_pypi.py: the layout, the pruning, the server).
 
 uv is run with builds allowed (an sdist's metadata may need one), so as an ordinary account:
-run the tool as one, or as root with --as-user NAME.
+run the tool as one, or as root with --as-user NAME. A stack with `builds = false` is resolved
+as plain root resolves it: `--no-build`, and `mlsetup lock` without SUDO_USER.
 
     python tools/record_pypi.py [--as-user NAME] [--mlsetup] [--only NAME] [--upstream URL]
         [--merge]
@@ -324,7 +325,7 @@ def main() -> int:
                     uv_binary(), "pip", "compile", "--no-header", "--no-python-downloads",
                     "--generate-hashes", "--python-version", python, "--python-platform", PLATFORM,
                     "--default-index", index, "--output-file", str(infile.with_suffix(".txt")),
-                    str(infile),
+                    *([] if stack.get("builds", True) else ["--no-build"]), str(infile),
                 ]  # fmt: skip
                 start = time.monotonic()
                 done = run(argv, env, work)
@@ -500,7 +501,7 @@ def run_mlsetup(stack: dict, python: str, index: str, work: Path, env: dict, acc
         )
     )
     full = {**env, "UV_DEFAULT_INDEX": index, "PYTHONPATH": str(REPO)}
-    if account:
+    if account and stack.get("builds", True):  # else plain root: nobody to build as
         full["SUDO_USER"] = account.pw_name
     argv = [sys.executable, "-m", "app.cli", "lock", "--facts", str(facts_file)]
     argv += ["--answers", str(answers), "-o", str(work / "mlsetup.lock")]

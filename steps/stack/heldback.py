@@ -18,7 +18,14 @@ requested package whose locked release is of an older series than its newest, th
   at their locked versions): the lock says so.
 
 The packages are scanned by name, so, with the requirements in their canonical order
-(steps.stack.inputs.requirements), the lock does not depend on the order of the answers' list."""
+(steps.stack.inputs.requirements), the lock does not depend on the order of the answers' list.
+
+A resolution that builds nothing (root's: `--no-build`) sees only the releases that have a wheel,
+and uv quietly takes an old one that has: on PyPI (2026-12-03) deepspeed's releases after
+0.3.1.dev5 have only an sdist, and with transformers and accelerate it took 0.3.1.dev3 where
+0.19.8 is the newest. The scan cannot see that (its own questions are asked without builds too),
+so `source_only_above` asks the index for the newest release, wheel or source, and whether that
+one has a wheel."""
 
 from __future__ import annotations
 
@@ -32,7 +39,14 @@ from packaging.version import InvalidVersion, Version
 
 from steps.core.errors import InputError
 from steps.formats.lock import parse_requirements
-from steps.stack.uvfailure import dependencies, explanation
+from steps.stack.uvfailure import (
+    ABOVE_ALL,
+    NeedsBuild,
+    dependencies,
+    explanation,
+    newest_available,
+    read_failure,
+)
 
 
 @dataclass(frozen=True)
@@ -252,6 +266,51 @@ class Scan:
             return HeldBack(name, pins[name], newest, resolves=True)
         holders = holders_of(name, answer.output) or (f"uv: {explanation(answer.output)}",)
         return HeldBack(name, pins[name], newest, holders)
+
+
+@dataclass(frozen=True)
+class SourceOnly:
+    """`package` locks `locked`, far below `newest`, its newest release, which has only source
+    (and the resolution builds nothing)."""
+
+    package: str
+    locked: str
+    newest: str
+
+
+def source_only_above(ask: Ask, text: str, requested: list[str]) -> list[SourceOnly]:
+    """The `requested` packages (canonical names) that the lock `text` holds far below a newest
+    release that has only source: for each, the newest release on the index (`P>=ABOVE_ALL`:
+    uv names it, source or not), then, when the locked one is far below it, that release alone,
+    which uv refuses for want of a wheel. (Not "any release above the locked one": with the
+    whole stack uv took deepspeed 0.3.1.dev3, and 0.3.1.dev5 has a wheel too.) For a resolution
+    without builds only: with builds, uv reads an sdist's metadata from its build."""
+    pins = _versions(text)
+    found = []
+    for name in sorted(n for n in requested if n in pins):
+        top = ask(
+            Probe(
+                f"venv.resolve-check-newest-source-{name}",
+                f"Find the newest {name} release, wheel or source",
+                [f"{name}>={ABOVE_ALL}"],
+                no_deps=True,
+            )
+        )
+        newest = newest_available(top.output) if top.text is None else None
+        if newest is None or not far_below(pins[name], newest):
+            continue
+        alone = ask(
+            Probe(
+                f"venv.resolve-check-wheel-of-{name}",
+                f"Ask uv whether {name} {newest} has a wheel",
+                [f"{name}=={newest}"],
+                no_deps=True,
+            )
+        )
+        failure = read_failure(alone.output) if alone.text is None else None
+        if isinstance(failure, NeedsBuild) and name in failure.packages:
+            found.append(SourceOnly(name, pins[name], newest))
+    return found
 
 
 def _versions(text: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from steps.formats.lock import Lock, cuda_of_pins
 from steps.known.knowledge import ExtensionRecipe, knowledge
 from steps.run.index import index_label, per_build_index
 from steps.stack.check import Problem
+from steps.stack.heldback import SourceOnly
 from steps.stack.inputs import StackInputs
 from steps.stack.uvfailure import (
     BuildFailed,
@@ -97,21 +98,11 @@ class Refusals:
             )
         if isinstance(failure, NeedsBuild):
             names = ", ".join(failure.packages)
-            owner = venv_owner(self.facts, self.answers).run_as
-            # the venv's account is an ordinary one already: what ran as root is this
-            # resolution, for a recorded machine (its accounts are not this machine's)
-            what_would = (
-                f"run it as an ordinary account of this machine (without sudo, or with sudo "
-                f"from one: SUDO_USER builds it), as {owner} does on the machine itself"
-                if owner is not None
-                else "set venv.user to an ordinary account (the build then runs as that "
-                "account), or run `mlsetup lock` as one"
-            )
             return InputError(
                 f"{packages}: {names} {'has' if len(failure.packages) == 1 else 'have'} no wheel "
                 f"on {label} for Python {python}, only source, whose metadata comes from running "
                 f"its build; mlsetup never runs a package's build as root, and this resolution "
-                f"ran as {self.who}; what would: {what_would}"
+                f"ran as {self.who}; what would: {self._builds_elsewhere()}"
             )
         if isinstance(failure, NoPythonWheel):
             allowed = (
@@ -134,6 +125,39 @@ class Refusals:
         return InputError(
             f"{packages}: uv finds no versions that satisfy them together on {label} (Python "
             f"{python}, {self.inputs.platform}): {getattr(failure, 'detail', '')}"
+        )
+
+    def _builds_elsewhere(self) -> str:
+        """Who could build what this resolution, run as root, could not."""
+        owner = venv_owner(self.facts, self.answers).run_as
+        if owner is not None:
+            # the venv's account is an ordinary one already: what ran as root is this
+            # resolution, for a recorded machine (its accounts are not this machine's)
+            return (
+                f"run it as an ordinary account of this machine (without sudo, or with sudo "
+                f"from one: SUDO_USER builds it), as {owner} does on the machine itself"
+            )
+        return (
+            "set venv.user to an ordinary account (the build then runs as that account), or "
+            "run `mlsetup lock` as one"
+        )
+
+    def source_only(self, found: list[SourceOnly], build: str, python: str) -> str:
+        """Requested packages the resolution would lock far below their newest release, which
+        has no wheel, as root builds nothing: each, and what would work (a resolution that may
+        build, or the old release pinned, taken knowingly)."""
+        label = self._label(build)
+        each = "; ".join(
+            f"{s.package} would lock to {s.locked}, far below {s.newest}, its newest release, "
+            f"which has no wheel on {label} for Python {python}, only source"
+            for s in found
+        )
+        pins = ", ".join(f'"{s.package}=={s.locked}"' for s in found)
+        return (
+            f"torch.packages {self.answers.torch.packages}: {each}. Their metadata comes from "
+            f"running their build; mlsetup never runs a package's build as root, and this "
+            f"resolution ran as {self.who}. What would: {self._builds_elsewhere()}; or "
+            f"{pins} in torch.packages, to take the old release knowingly"
         )
 
     def no_release(

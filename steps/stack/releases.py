@@ -13,10 +13,13 @@ from steps.formats.answers import Answers
 from steps.known.knowledge import knowledge
 from steps.run.runner import Result
 from steps.stack.refusal import Refusals
-from steps.stack.uvfailure import Missing, Unreachable, newest_available, read_failure
-
-# a release above any real one: uv answers "only NAME<=NEWEST is available"
-ABOVE_ALL = "999999"
+from steps.stack.uvfailure import (
+    ABOVE_ALL,
+    Missing,
+    Unreachable,
+    newest_available,
+    read_failure,
+)
 
 # One `uv pip compile --no-deps --no-build` of one requirement: (action id, title, requirement)
 Ask = Callable[[str, str, str], Result]

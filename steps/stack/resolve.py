@@ -6,7 +6,9 @@ sdist whose metadata only its build backend can give (deepspeed, sqlitedict) is 
 venv's owner (or, for a recorded machine, the invoking account) with builds allowed, each run in
 a fresh directory of that account's; root only reads the lock it writes, bounded and without
 following links. The pins that have no wheel are named (`Lock.sources`): the owner builds them at
-the sync.
+the sync. With nobody to build as (plain root, a venv of root's), a requested package whose newest
+release has only source is refused, not locked to an old release that has a wheel
+(steps.stack.heldback.source_only_above).
 
 What the lock is: the torch build from the distribution (its local version, else the CUDA runtime
 its wheel requires); the packages that decided torch from uv itself (a probe asks for a newer
@@ -50,7 +52,7 @@ from steps.run.index import index_args, index_label, local_index, per_build_inde
 from steps.run.runner import Result
 from steps.stack.check import lock_problems
 from steps.stack.commands import compile_argv
-from steps.stack.heldback import Answer, Probe, Scan
+from steps.stack.heldback import Answer, Probe, Scan, source_only_above
 from steps.stack.inputs import TORCH_FAMILY, StackInputs, requirement_name
 from steps.stack.refusal import Attempts, Refusals, StackUnavailable
 from steps.stack.releases import check_extension_releases
@@ -196,6 +198,10 @@ class Resolution:
                     _asked(self.answers),
                 )
                 text, held = scan.settle(compiled.text)
+                if not self.resolver.builds and (
+                    old := source_only_above(scan.ask, text, scan.requested)
+                ):
+                    raise InputError(self.refuse.source_only(old, build, python.version))
                 return self._lock_from(text, build, python, attempts, held)
             failure = read_failure(compiled.result.tail, self.local)
             pin = torch_pin(failure)

@@ -257,7 +257,12 @@ def explanation(output: list[str], limit: int = 400) -> str:
     return _cause(output)[-limit:]
 
 
+# a release above any real one: uv answers "only NAME<=NEWEST is available"
+ABOVE_ALL = "999999"
+
+
 def newest_available(output: list[str]) -> str | None:
-    """The newest release uv names when asked for one above every release the index has."""
+    """The newest release uv names when asked for one above every release the index has
+    (`NAME>=ABOVE_ALL`), wheel or source alike, builds allowed or not."""
     m = _ONLY_UP_TO.search(" ".join(line.strip() for line in output))
     return m.group(2) if m else None
