@@ -54,7 +54,9 @@ def walk(workdir: Path, size: str) -> None:
             w.wait(r"flash-attn 2\.8\.3: compute 12\.0")
             w.keys("4")  # Venv again: uv resolving the stack with flash-attn, then its lock
             w.wait(r"uv is resolving|locked by uv|uv refused")
-            w.wait(r"locked by uv|uv refused", timeout=240)
+            venv = w.wait(r"locked by uv|uv refused", timeout=240)
+            if "uv refused" in venv:  # flash-attn's bound makes a lock: say uv's words
+                fail("uv refused the stack with flash-attn", venv)
             w.keys("6")
             review = w.wait(r"The plan: (\d+ action\(s\) to run|refused)")
             if "refused" not in review.split("\n")[1]:  # the heading: a plan to walk
