@@ -39,9 +39,13 @@ def server(uv_binary: Path):
     if os.geteuid() != 0:
         pytest.skip("the engine tests run commands as another account: they need root")
     base = Path(tempfile.mkdtemp(prefix="mlsetup-server-", dir="/tmp"))
+    server = None
     try:
-        yield FakeServer(base, uv_binary)
+        server = FakeServer(base, uv_binary)
+        yield server
     finally:
+        if server is not None:
+            server.stop_daemons()  # started by its systemctl, not children of the test
         shutil.rmtree(base, ignore_errors=True)
 
 

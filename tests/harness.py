@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import NamedTuple
 
 from steps.apply.engine import ApplyLock
 from steps.formats.events import ActionStarted, Event, event_from_json
+from steps.known.knowledge import knowledge
 from steps.run.runner import passthrough_environment
 from tests.common import FIXTURES, REPO, copy_fixture
 from tests.fakemachine import FakeMachine
@@ -112,8 +114,18 @@ class FakeServer:
         script = self.bin / "standin.py"
         script.write_text(f"#!{sys.executable}\n" + (REPO / "tests" / "standin.py").read_text())
         script.chmod(0o755)
+        # the stand-in packages of the GPU daemons are assets/daemons.toml's rows
+        daemons = [
+            {
+                "package": row.package,
+                "driver_versioned": row.driver_versioned,
+                "unit": row.unit,
+                "executable": row.executable,
+            }
+            for row in knowledge().daemons.daemon.values()
+        ]
         (self.bin / "standin.json").write_text(
-            json.dumps({"root": str(self.root), "state": str(self.state)})
+            json.dumps({"root": str(self.root), "state": str(self.state), "daemons": daemons})
         )
         for name in STANDINS:
             (self.bin / name).symlink_to("standin.py")
@@ -128,6 +140,21 @@ class FakeServer:
             os.chown(src.parent, USER_UID, USER_UID)
             recipe = (FIXTURES / f"{name}.toml").read_text().replace("@SOURCE@", str(src))
             (self.recipes / f"{name}.toml").write_text(recipe)
+
+    def stop_daemons(self) -> None:
+        """Ends the stand-in daemons its systemctl started (each linked in the fake root's
+        /proc to its real entry, the executable's name its argv[0]): they are not children of
+        the test, and would outlive it."""
+        names = {row.executable for row in knowledge().daemons.daemon.values()}
+        for link in self.root.glob("proc/[0-9]*"):
+            if not link.is_symlink():
+                continue
+            try:
+                argv0 = (Path("/proc") / link.name / "cmdline").read_bytes().split(b"\0", 1)[0]
+            except OSError:
+                continue  # gone already
+            if argv0.decode(errors="replace") in names:
+                os.kill(int(link.name), signal.SIGKILL)
 
     def write_answers(
         self,

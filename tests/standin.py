@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,15 +26,14 @@ STATE = Path(CONFIG["state"])
 NAME = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]
 DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
-# The GPU daemons' packages (NVIDIA's CUDA repo): their systemd unit and executable. Installed,
-# each is in dpkg's status at the version of the driver package (the branch pin moves both;
-# machine.json's "repository": {package: version} plays a repository that lags the driver);
-# with machine.json's "systemd_units" (a real systemd reads the fake root's
-# /etc/systemd/system) its unit and a stand-in daemon are installed too, as the package would.
-DAEMON_PACKAGES = {
-    "nvidia-fabricmanager": ("nvidia-fabricmanager", "nv-fabricmanager"),
-    "nvidia-persistenced": ("nvidia-persistenced", "nvidia-persistenced"),
-}
+# The GPU daemons' packages (NVIDIA's CUDA repo), assets/daemons.toml's rows as the harness
+# hands them over: package, driver_versioned, unit, executable. Installed, each is in dpkg's
+# status at the version of the driver package (the branch pin moves both; machine.json's
+# "repository": {package: version} plays a repository that lags the driver) with a stand-in
+# daemon as its executable; with machine.json's "systemd_units" (a real systemd reads the fake
+# root's /etc/systemd/system) its unit too, as the package would. Without them this systemctl
+# starts and stops the daemon itself, its output kept as the unit's journal.
+DAEMONS: list[dict] = CONFIG["daemons"]
 DAEMON_UNIT = """[Unit]
 Description=stand-in {package} {version} (mlsetup tests)
 
@@ -44,16 +45,16 @@ ExecStart={executable}
 WantedBy=multi-user.target
 """
 # A daemon as its package's unit runs it (Type=forking: the parent returns once it runs).
-# Fabric Manager first checks the loaded driver and aborts at another version, with its own
-# line (assets/diagnoses.toml, fabric-manager-version). The daemon runs as its executable's
-# name (/proc/PID/cmdline) and shows itself in the fake root's /proc, a link to its real entry
-# (gone with it), where mlsetup's probe looks.
+# A driver-versioned one first checks the loaded driver and aborts at another version, with
+# Fabric Manager's line (assets/diagnoses.toml, fabric-manager-version). The daemon runs as
+# its executable's name (/proc/PID/cmdline) and shows itself in the fake root's /proc, a link
+# to its real entry, where mlsetup's probe looks.
 DAEMON = """#!{python}
-import os, re, sys
+import os, re, sys, time
 
 ROOT, PACKAGE, VERSION, NAME = {root!r}, {package!r}, {version!r}, {name!r}
 print(f"{{NAME}} {{PACKAGE}} version {{VERSION}}", flush=True)
-if PACKAGE == "nvidia-fabricmanager":
+if {driver_versioned!r}:
     try:
         with open(f"{{ROOT}}/proc/driver/nvidia/version") as f:
             loaded = re.search(r"  ([0-9][0-9.]+)  ", f.read()).group(1)
@@ -66,8 +67,14 @@ if PACKAGE == "nvidia-fabricmanager":
             file=sys.stderr,
         )
         sys.exit(1)
-if os.fork():
-    sys.exit(0)
+pid = os.fork()
+if pid:  # Type=forking: the parent returns once the daemon runs, under its own name in /proc
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        with open(f"/proc/{{pid}}/cmdline", "rb") as f:
+            if f.read().split(b"\\0")[0] == NAME.encode():
+                sys.exit(0)
+        time.sleep(0.01)
+    sys.exit(1)
 os.setsid()
 link = f"{{ROOT}}/proc/{{os.getpid()}}"
 if os.path.lexists(link):
@@ -145,8 +152,8 @@ def apt_get() -> int:
                 "version": DRIVER_VERSIONS[m.get("pinned", "580")],
                 "open": pkg == "nvidia-open",
             }
-        elif pkg in DAEMON_PACKAGES:
-            install_daemon(m, pkg)
+        elif (daemon := daemon_of(pkg)) is not None:
+            install_daemon(m, pkg, daemon)
         elif pkg.startswith("linux-headers-"):
             at(f"/usr/src/{pkg}").mkdir(parents=True, exist_ok=True)
         elif pkg == "curl" and not (BIN / "curl").exists():
@@ -156,23 +163,40 @@ def apt_get() -> int:
     return 0
 
 
-def install_daemon(m: dict, package: str) -> None:
+def daemon_of(package: str) -> dict | None:
+    """The daemon a package installs: its own name, or a driver-versioned one's of a branch
+    (nvidia-fabricmanager-570)."""
+    for daemon in DAEMONS:
+        name = daemon["package"]
+        if package == name or (
+            daemon["driver_versioned"] and re.fullmatch(rf"{re.escape(name)}-[0-9]+", package)
+        ):
+            return daemon
+    return None
+
+
+def install_daemon(m: dict, package: str, daemon: dict) -> None:
     """The version the pin gives, or the one machine.json's "repository" holds (it lags)."""
     version = m.get("repository", {}).get(package) or (
         m["driver"]["version"] if m.get("driver") else DRIVER_VERSIONS[m.get("pinned", "580")]
     )
     dpkg_status(package, version)
-    if not m.get("systemd_units"):
-        return
-    unit, name = DAEMON_PACKAGES[package]
+    unit, name = daemon["unit"], daemon["executable"]
     executable = at(f"/usr/bin/{name}")
     executable.parent.mkdir(parents=True, exist_ok=True)
     executable.write_text(
         DAEMON.format(
-            python=sys.executable, root=str(ROOT), package=package, version=version, name=name
+            python=sys.executable,
+            root=str(ROOT),
+            package=package,
+            version=version,
+            name=name,
+            driver_versioned=daemon["driver_versioned"],
         )
     )
     executable.chmod(0o755)
+    if not m.get("systemd_units") or not unit:
+        return
     unit_file = at(f"/etc/systemd/system/{unit}.service")
     unit_file.parent.mkdir(parents=True, exist_ok=True)
     unit_file.write_text(
@@ -260,6 +284,71 @@ def systemd_run() -> int:
     return 0
 
 
+def systemctl() -> int:
+    """enable/disable: the unit's link for the next boot; start/restart/stop: its stand-in
+    daemon, as systemd would run it (a unit no installed package brings is not found)."""
+    verb, unit = ARGS[0], ARGS[-1].removesuffix(".service")
+    wants = at(f"/etc/systemd/system/multi-user.target.wants/{ARGS[-1]}")
+    if verb == "enable":
+        wants.parent.mkdir(parents=True, exist_ok=True)
+        wants.write_text(ARGS[-1])
+    elif verb == "disable":
+        wants.unlink(missing_ok=True)
+    elif verb in ("start", "restart", "stop"):
+        daemon = next((d for d in DAEMONS if d["unit"] == unit), None)
+        executable = at(f"/usr/bin/{daemon['executable']}") if daemon else None
+        if executable is None or not executable.exists():
+            print(f"Failed to {verb} {unit}.service: Unit {unit}.service not found.")
+            return 5
+        if verb != "start":
+            stop_daemon(executable.name)
+        if verb != "stop":
+            return start_daemon(unit, executable)
+    return 0
+
+
+def start_daemon(unit: str, executable: Path) -> int:
+    """The unit's ExecStart (Type=forking: back once the daemon runs), its output the unit's
+    journal (STATE/journal/UNIT.log, which journalctl -u UNIT prints)."""
+    journal = STATE / "journal" / f"{unit}.log"
+    journal.parent.mkdir(exist_ok=True)
+    with journal.open("a") as out:
+        started = subprocess.run([executable], stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    if started.returncode != 0:
+        print(
+            f"Job for {unit}.service failed because the control process exited with error "
+            f'code.\nSee "systemctl status {unit}.service" and "journalctl -xeu {unit}.service" '
+            "for details."
+        )
+        return 1
+    return 0
+
+
+def stop_daemon(name: str) -> None:
+    """Ends the stand-in daemons running as `name` (those the fake root's /proc shows)."""
+    for link in ROOT.glob("proc/[0-9]*"):
+        if not link.is_symlink():
+            continue
+        pid = int(link.name)
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+        except OSError:
+            argv0 = b""
+        if argv0.decode(errors="replace") == name:
+            os.kill(pid, signal.SIGKILL)
+        if argv0.decode(errors="replace") in (name, ""):
+            link.unlink()
+
+
+def journalctl() -> int:
+    """`journalctl ... -u UNIT`: what the unit's stand-in daemon said, its last 20 lines."""
+    unit = ARGS[-1].removesuffix(".service") if "-u" in ARGS else None
+    journal = STATE / "journal" / f"{unit}.log"
+    if unit and journal.exists():
+        print("\n".join(journal.read_text().splitlines()[-20:]))
+    return 0
+
+
 def main() -> int:
     log("start")
     behaviour = scripted()
@@ -292,13 +381,9 @@ def main() -> int:
         print("SecureBoot enabled" if machine().get("secure_boot") else "SecureBoot disabled")
         code = 0
     elif NAME == "systemctl":
-        wants = at(f"/etc/systemd/system/multi-user.target.wants/{ARGS[-1]}")
-        if ARGS[0] == "enable":
-            wants.parent.mkdir(parents=True, exist_ok=True)
-            wants.write_text(ARGS[-1])
-        elif ARGS[0] == "disable":
-            wants.unlink(missing_ok=True)
-        code = 0
+        code = systemctl()
+    elif NAME == "journalctl":
+        code = journalctl()
     elif NAME == "nvidia-smi":
         version = at("/proc/driver/nvidia/version")
         if not version.exists():
@@ -307,7 +392,7 @@ def main() -> int:
         else:
             print("NVIDIA-SMI " + version.read_text().split()[-3])
             code = 0
-    else:  # update-initramfs, nvcc, journalctl and the like: recorded, nothing to change
+    else:  # update-initramfs, nvcc and the like: recorded, nothing to change
         code = 0
     log("end", exit=code)
     return code

@@ -8,21 +8,25 @@ start from off fake roots."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from app.tui.controllers.confirm import apt_packages
+from steps.core.errors import InputError
 from steps.core.rootfs import RootFS
 from steps.formats.answers import answers_from_toml
 from steps.formats.facts import Facts, facts_from_json, load_facts
+from steps.known.knowledge import knowledge
 from steps.planning import fabric, registry
 from steps.planning.planner import make_plan
 from steps.probing.probe import probe
 from tests.common import FIXTURES, MACHINES
 from tests.fakemachine import FakeMachine
-from tests.harness import FakeServer
+from tests.harness import FakeServer, wait_for
 
 CASES = sorted((FIXTURES / "fabric").glob("*.json"))
 HGX_H100 = MACHINES / "fresh-h100x8-ubuntu2204.json"
@@ -94,10 +98,43 @@ def test_fabric_manager_follows_the_drivers_pin_and_starts_before_the_smoke_test
     assert ids.index("fabric.start-nvidia-fabricmanager") < ids.index("venv.smoke")
 
 
+def test_each_daemon_the_fabric_step_decides_on_is_one_row_of_the_daemon_table():
+    """assets/daemons.toml is the one description of a daemon: the probe reports each row, and
+    those the step starts have a unit there."""
+    rows = knowledge().daemons.daemon
+    assert {fabric.FABRIC_MANAGER, fabric.NVLSM, fabric.IMEX, fabric.PERSISTENCED} <= set(rows)
+    assert all(rows[n].unit for n in (fabric.FABRIC_MANAGER, fabric.IMEX, fabric.PERSISTENCED))
+    facts = load_facts(HGX_H100)
+    assert facts.daemons is not None and list(facts.daemons) == list(rows)
+
+
 def test_older_recorded_facts_still_load_and_say_nvswitches_unknown():
     facts = load_facts(MACHINES / "h200-ubuntu2404.json")  # recorded before the keys
     assert facts.nvswitches is None and facts.daemons is None
     assert "nvswitches" not in json.loads((MACHINES / "h200-ubuntu2404.json").read_text())
+
+
+def test_facts_naming_a_daemon_this_mlsetup_does_not_know_still_load():
+    """Facts are a format: a file another mlsetup recorded may name a daemon this one's
+    assets/daemons.toml lacks. It loads, and plans as if the daemon were not there; a name no
+    package could have is refused, naming the key."""
+    data = json.loads(HGX_H100.read_text())
+    before = make_plan(
+        facts_from_json(json.dumps(data), "a"), answers_from_toml("version = 1\n", "a")
+    )
+    data["daemons"]["datacenter-gpu-manager"] = {
+        "installed": True,
+        "version": "4.2.3",
+        "active": True,
+    }
+    facts = facts_from_json(json.dumps(data), "newer")
+    assert (dcgm := facts.daemon("datacenter-gpu-manager")) and dcgm.active
+    after = make_plan(facts, answers_from_toml("version = 1\n", "a"))
+    assert after.step("fabric") == before.step("fabric")
+    data["daemons"]["../etc/passwd"] = data["daemons"].pop("datacenter-gpu-manager")
+    with pytest.raises(InputError) as exc:
+        facts_from_json(json.dumps(data), "bad")
+    assert "daemons" in str(exc.value) and "../etc/passwd" in str(exc.value), exc.value
 
 
 def hgx(machine: FakeMachine, device: str, gpus: int, switches: int) -> None:
@@ -160,26 +197,73 @@ def test_without_a_package_database_the_daemons_are_unknown(machine: FakeMachine
     assert probe(RootFS(machine.root), env={}).facts.daemons is None
 
 
+def hgx_server(server: FakeServer) -> None:
+    """The harness's H200 on a board with 4 NVSwitches, driver 580 loaded (what the stand-in
+    repository's branch 580 packages are), a dpkg database: the fabric step is pending."""
+    server.machine.driver_loaded("580.105.08")
+    hgx(server.machine, "0x2335", 0, 4)
+    server.machine.dpkg_installed("base-files", "12.4+deb12u8")
+
+
+def daemon_pids(server: FakeServer) -> dict[str, int]:
+    """The stand-in daemons the fake root's /proc shows: executable -> pid."""
+    pids = {}
+    for link in server.root.glob("proc/[0-9]*"):
+        if link.is_symlink() and (cmdline := Path("/proc", link.name, "cmdline")).exists():
+            argv0 = cmdline.read_bytes().split(b"\0", 1)[0].decode()
+            if argv0:
+                pids[argv0] = int(link.name)
+    return pids
+
+
+def test_the_fake_servers_systemctl_runs_the_daemons_a_fresh_plan_sees(server: FakeServer):
+    """The fabric step applied on the fake server: its systemctl starts the installed packages'
+    stand-in daemons, so the engine's fresh probe after the step finds them running (the run
+    stops at the toolkit, scripted to fail); `systemctl stop` ends one and a plan says so; none
+    outlives the server."""
+    hgx_server(server)
+    server.script({"apt-get cuda-toolkit-13-0": {"exit": 100, "output": "E: scripted"}})
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert server.report()["failure"]["step"] == "toolkit", server.report()["failure"]
+    assert "fabric.start-nvidia-fabricmanager" in server.report()["ran"]
+    running = daemon_pids(server)
+    assert set(running) == {"nv-fabricmanager", "nvidia-persistenced"}, running
+    plan = server.mlsetup("plan", "--answers", str(server.answers))
+    assert "NVIDIA Fabric Manager runs at the driver's 580.105.08" in plan.stdout, plan.stdout
+    assert "nvidia-persistenced runs" in plan.stdout
+
+    stop = subprocess.run(
+        [server.bin / "systemctl", "stop", "nvidia-fabricmanager"], env=server.env(), check=False
+    )
+    assert stop.returncode == 0
+    wait_for(lambda: "nv-fabricmanager" not in daemon_pids(server))
+    plan = server.mlsetup("plan", "--answers", str(server.answers))
+    assert "NVIDIA Fabric Manager is not running" in plan.stdout, plan.stdout
+
+    persistenced = running["nvidia-persistenced"]
+    server.stop_daemons()
+    wait_for(lambda: not _alive(persistenced))
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie its new parent has yet to reap."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_fabric_managers_refusal_in_its_journal_is_diagnosed(server: FakeServer):
-    """Fabric Manager at another version than the loaded driver aborts, and says so only in its
+    """NVIDIA's repository still has an older Fabric Manager than the loaded driver: the
+    stand-in installs it at that version, and its daemon aborts at start saying so only in its
     journal (systemctl says "Job ... failed"): a failed start reads the unit's journal, so the
     failure names the mismatch and what mends it."""
-    server.machine.driver_loaded("580.105.08")
-    hgx(server.machine, "0x2335", 0, 4)  # the harness's H200 and 4 NVSwitches
-    server.machine.dpkg_installed("base-files", "12.4+deb12u8")
+    hgx_server(server)
+    server.set_machine(repository={"nvidia-fabricmanager": "580.95.05"})
     refused = (
         "fabric manager NVIDIA GPU driver interface version 580.95.05 don't match with driver "
         "version 580.105.08. Please update with matching NVIDIA driver package."
-    )
-    server.script(
-        {
-            "systemctl restart nvidia-fabricmanager": {
-                "exit": 1,
-                "output": "Job for nvidia-fabricmanager.service failed because the control "
-                "process exited with error code.",
-            },
-            "journalctl nvidia-fabricmanager": {"exit": 0, "output": refused},
-        }
     )
     run = server.mlsetup("apply", "--answers", str(server.answers))
     assert run.returncode == 1, run.stdout + run.stderr
@@ -189,3 +273,4 @@ def test_fabric_managers_refusal_in_its_journal_is_diagnosed(server: FakeServer)
     assert refused in failure["last_output"]
     assert "Fabric Manager 580.95.05 refuses to run with the loaded driver 580.105.08" in run.stdout
     assert "systemctl restart nvidia-fabricmanager" in failure["next"]
+    assert "nv-fabricmanager" not in daemon_pids(server)

@@ -354,6 +354,12 @@ def test_engine_never_imports_textual():
         ("driver.toml", lambda t: t.update(recomended_branch=580), "recomended_branch: unknown"),
         ("nvidia_repo.toml", lambda t: t["driver_package"].pop("pin"), "driver_package.pin"),
         ("pythons.toml", lambda t: t["python"][0].update(version="3"), 'python[0].version = "3"'),
+        ("daemons.toml", lambda t: t["daemon"]["nvlsm"].pop("source"), "daemon.nvlsm.source"),
+        (
+            "daemons.toml",
+            lambda t: t["daemon"]["nvidia-imex"].update(driver_versioned="yes"),
+            'daemon.nvidia-imex.driver_versioned = "yes"',
+        ),
     ],
 )
 def test_a_malformed_knowledge_table_is_refused_naming_the_key(name, change, named):
@@ -364,6 +370,7 @@ def test_a_malformed_knowledge_table_is_refused_naming_the_key(name, change, nam
         "driver.toml": tables.DriverTable,
         "nvidia_repo.toml": tables.NvidiaRepoTable,
         "pythons.toml": tables.PythonsTable,
+        "daemons.toml": tables.DaemonsTable,
     }[name]
     table = tables.tomllib.loads((ASSETS_DIR / name).read_text())
     tables.parse_table(table, model, f"assets/{name}")  # as shipped: valid

@@ -26,6 +26,7 @@ from pydantic import (
 
 from steps.core.errors import InputError, input_kind, show_value, validate_strict
 from steps.core.inputfiles import parse_json, read_input
+from steps.known.tables import DaemonName
 
 FACTS_SCHEMA: Final = "mlsetup.facts/1"
 SecureBoot = Literal["enabled", "disabled", "unknown"]
@@ -165,9 +166,6 @@ class Daemon(_Strict):
     active: bool | None  # its daemon runs; None: the process table could not be read
 
 
-DaemonName = Literal["nvidia-fabricmanager", "nvlsm", "nvidia-imex", "nvidia-persistenced"]
-
-
 class Facts(_Strict):
     schema_: Literal["mlsetup.facts/1"] = Field(alias="schema", default=FACTS_SCHEMA)
     os: OsInfo
@@ -190,7 +188,9 @@ class Facts(_Strict):
     # its L4T release from /etc/nv_tegra_release, e.g. 36.4.3; None: no Tegra, or not said
     l4t_release: L4tRelease | None = None
     nvswitches: Annotated[list[NvSwitch], Field(max_length=64)] | None = None
-    daemons: dict[DaemonName, Daemon] | None = None
+    # keyed by assets/daemons.toml's names; a file another mlsetup recorded may name a daemon
+    # this one's table lacks: it loads, and nothing reads it
+    daemons: Annotated[dict[DaemonName, Daemon], Field(max_length=64)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -203,8 +203,9 @@ class Facts(_Strict):
         found = {g.compute_capability for g in self.gpus if g.compute_capability}
         return sorted(found, key=Version)
 
-    def daemon(self, name: DaemonName) -> Daemon | None:
-        """What the probe saw of a daemon; None when unknown."""
+    def daemon(self, name: str) -> Daemon | None:
+        """What the probe saw of a daemon; None when unknown (no package database, or facts
+        recorded before the daemon was in the table)."""
         return None if self.daemons is None else self.daemons.get(name)
 
     def toolkit(self, version: str) -> Toolkit | None:

@@ -22,6 +22,7 @@ from steps.core.sizes import MiB
 from steps.known.recipes import ExtensionRecipe, read_recipe_dir, read_recipe_file
 from steps.known.tables import (
     CudaTable,
+    DaemonsTable,
     DriverTable,
     FabricTable,
     GpusTable,
@@ -250,6 +251,7 @@ class Knowledge:
     extensions: dict[str, ExtensionRecipe]
     pythons: tuple[str, ...]  # CPython versions, the most widely covered by wheels first
     fabric: FabricTable  # NVSwitch boards: Fabric Manager, NVLSM, IMEX (assets/fabric.toml)
+    daemons: DaemonsTable  # the GPU daemons: packages, units, executables (assets/daemons.toml)
 
 
 EXTRA_RECIPES_DIR = "/etc/mlsetup/extensions.d"
@@ -322,6 +324,7 @@ def knowledge() -> Knowledge:
         extensions=_recipes(),
         pythons=tuple(p.version for p in load_table("pythons.toml", PythonsTable).python),
         fabric=load_table("fabric.toml", FabricTable),
+        daemons=load_table("daemons.toml", DaemonsTable),
     )
 
 

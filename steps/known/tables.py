@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    StrictBool,
     StringConstraints,
     ValidationError,
     ValidationInfo,
@@ -122,12 +123,9 @@ class NvidiaRepoTable(Table):
     driver_package: DriverPackages
 
 
-DaemonName = Literal["nvidia-fabricmanager", "nvlsm", "nvidia-imex", "nvidia-persistenced"]
-
-
 class FabricTable(Table):
-    """assets/fabric.toml: the boards that need Fabric Manager, NVLSM or IMEX, and the names
-    of their packages, units and daemons. Served as it is (knowledge().fabric)."""
+    """assets/fabric.toml: the boards that need Fabric Manager, NVLSM or IMEX (the daemons
+    themselves are DaemonsTable's). Served as it is (knowledge().fabric)."""
 
     nvswitch_class: PciId
     nvswitch_board_devices: list[PciId] = Field(min_length=1)
@@ -135,17 +133,42 @@ class FabricTable(Table):
     nvlsm_devices: list[PciId]
     nvlsm_modules: list[Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]]
     nvl_tray_devices: list[PciId]
+
+
+# A Debian package's name (Debian Policy 5.6.7): a daemon's key in Facts is its own package's
+# name or one like it, so a facts file may name a daemon this table does not (yet) have
+PackageName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9+.-]{1,63}$")]
+DaemonName = PackageName
+UnitName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9:_.@-]{0,63}$")]
+
+
+class DaemonRow(Table):
+    """One GPU daemon: its package, whether that is the driver's own version, its unit, how it
+    shows in /proc, its name for people, and where these facts come from."""
+
+    package: PackageName
+    driver_versioned: StrictBool
+    unit: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9:_.@-]{0,63}$")] | None
+    ) = None
+    executable: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._+-]{1,64}$")]
+    label: Text
+    source: Text
+
+
+class DaemonsTable(Table):
+    """assets/daemons.toml: the GPU daemons the probe looks for and the fabric step installs,
+    one row each. Served as it is (knowledge().daemons)."""
+
     unsuffixed_from_branch: Branch
-    fabricmanager_package: Text
-    imex_package: Text
-    nvlsm_package: Text
-    persistenced_package: Text
-    units: dict[DaemonName, Text]
-    daemons: dict[DaemonName, Text]
+    daemon: dict[DaemonName, DaemonRow] = Field(min_length=1)
 
     def package(self, name: str, branch: int) -> str:
-        """A driver-versioned package (Fabric Manager, IMEX) of `branch`'s naming."""
-        return name if branch >= self.unsuffixed_from_branch else f"{name}-{branch}"
+        """`name`'s package as driver branch `branch` names it (nvidia-fabricmanager-570)."""
+        row = self.daemon[name]
+        if not row.driver_versioned or branch >= self.unsuffixed_from_branch:
+            return row.package
+        return f"{row.package}-{branch}"
 
 
 class TorchReleaseRow(Table):

@@ -9,7 +9,8 @@ CUDA starts, and the GPU daemons a server runs.
 - nvidia-persistenced runs on every server install (`persistenced_wanted`).
 Each daemon is enabled and started here, before the venv step's smoke test. The step is
 satisfied when each one wanted runs, the driver-versioned ones at the loaded driver's version.
-Knowledge: assets/fabric.toml.
+Knowledge: assets/fabric.toml (the boards), assets/daemons.toml (the daemons: packages, units,
+labels, which ones run only at the driver's version).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Literal
 from steps.core.assetdir import ASSETS_DIR
 from steps.decide.choices import Choices
 from steps.formats.answers import Answers
-from steps.formats.facts import DaemonName, Facts
+from steps.formats.facts import Facts
 from steps.formats.plan import Action, Outcome, pending, satisfied
 from steps.known.knowledge import knowledge
 from steps.planning import driver
@@ -27,9 +28,11 @@ from steps.planning.apt import apt_install, no_repo_reason, nvidia_repo_actions
 
 Board = Literal["nvswitch", "nvl-tray", "none", "unknown"]
 MODULES_LOAD = "/etc/modules-load.d/mlsetup-nvlsm.conf"
-FABRIC_MANAGER: DaemonName = "nvidia-fabricmanager"
-IMEX: DaemonName = "nvidia-imex"
-PERSISTENCED: DaemonName = "nvidia-persistenced"
+# the daemons this step decides on, by their names in assets/daemons.toml
+FABRIC_MANAGER = "nvidia-fabricmanager"
+NVLSM = "nvlsm"
+IMEX = "nvidia-imex"
+PERSISTENCED = "nvidia-persistenced"
 
 
 def board(facts: Facts) -> Board:
@@ -97,8 +100,8 @@ def leaves(facts: Facts, answers: Answers, choices: Choices) -> list[str]:
     return [f"{_label(name)} enabled and running" for name in missing]
 
 
-def _wanted(facts: Facts, kind: Board) -> list[DaemonName]:
-    wanted: list[DaemonName] = []
+def _wanted(facts: Facts, kind: Board) -> list[str]:
+    wanted: list[str] = []
     if kind == "nvswitch":
         wanted.append(FABRIC_MANAGER)
     elif kind == "nvl-tray":
@@ -112,16 +115,20 @@ def _wanted(facts: Facts, kind: Board) -> list[DaemonName]:
     return wanted
 
 
-def _runs(facts: Facts, name: DaemonName) -> bool:
+def _runs(facts: Facts, name: str) -> bool:
     """It runs, and a driver-versioned one at the loaded driver's version."""
     daemon = facts.daemon(name)
     if daemon is None or not daemon.installed or daemon.active is not True:
         return False
-    if name == PERSISTENCED:
+    if not _driver_versioned(name):
         return True
     return (
         facts.driver is not None and facts.driver.loaded and daemon.version == facts.driver.version
     )
+
+
+def _driver_versioned(name: str) -> bool:
+    return knowledge().daemons.daemon[name].driver_versioned
 
 
 def _branch(facts: Facts, answers: Answers, choices: Choices) -> int:
@@ -131,21 +138,20 @@ def _branch(facts: Facts, answers: Answers, choices: Choices) -> int:
 
 
 def _actions(
-    facts: Facts, answers: Answers, choices: Choices, kind: Board, missing: list[DaemonName]
+    facts: Facts, answers: Answers, choices: Choices, kind: Board, missing: list[str]
 ) -> list[Action] | None:
-    table = knowledge().fabric
+    table = knowledge().daemons
     branch = _branch(facts, answers, choices)
-    packages = []
-    install = [n for n in missing if n != PERSISTENCED and not _installed_at_driver(facts, n)]
-    if FABRIC_MANAGER in install:
-        packages.append(table.package(table.fabricmanager_package, branch))
-        if needs_nvlsm(facts):
-            packages.append(table.nvlsm_package)
-    if IMEX in install:
-        packages.append(table.package(table.imex_package, branch))
-    persistenced = facts.daemon(PERSISTENCED)
-    if PERSISTENCED in missing and (persistenced is None or not persistenced.installed):
-        packages.append(table.persistenced_package)
+    # a driver-versioned daemon not at the driver's version is installed again (the pin gives
+    # the driver's); any other only when it is not installed at all
+    install = [
+        n
+        for n in missing
+        if not (_installed_at_driver(facts, n) if _driver_versioned(n) else _installed(facts, n))
+    ]
+    if FABRIC_MANAGER in install and needs_nvlsm(facts):
+        install.insert(install.index(FABRIC_MANAGER) + 1, NVLSM)
+    packages = [table.package(n, branch) for n in install]
     actions: list[Action] = []
     if packages:
         repo = nvidia_repo_actions(facts)
@@ -198,10 +204,11 @@ def _nvlsm_modules() -> list[Action]:
     ]
 
 
-def _start(name: DaemonName) -> list[Action]:
+def _start(name: str) -> list[Action]:
     """Enabled for every boot, and (re)started now: a daemon left at an old version by a
     driver upgrade runs the new one."""
-    unit = knowledge().fabric.units[name]
+    unit = knowledge().daemons.daemon[name].unit
+    assert unit, f"{name} has no unit of its own in assets/daemons.toml"
     return [
         Action(
             id=f"fabric.enable-{name}",
@@ -220,13 +227,8 @@ def _start(name: DaemonName) -> list[Action]:
     ]
 
 
-def _label(name: DaemonName) -> str:
-    return {
-        FABRIC_MANAGER: "NVIDIA Fabric Manager",
-        IMEX: "the IMEX daemon (nvidia-imex)",
-        PERSISTENCED: "nvidia-persistenced",
-        "nvlsm": "the NVLink Subnet Manager",
-    }[name]
+def _label(name: str) -> str:
+    return knowledge().daemons.daemon[name].label
 
 
 def _where(facts: Facts, kind: Board) -> str:
@@ -238,18 +240,18 @@ def _where(facts: Facts, kind: Board) -> str:
     return "no NVSwitch: no Fabric Manager needed"
 
 
-def _satisfied_reason(facts: Facts, kind: Board, wanted: list[DaemonName]) -> str:
+def _satisfied_reason(facts: Facts, kind: Board, wanted: list[str]) -> str:
     if not wanted:
         return _where(facts, kind)
     version = facts.driver.version if facts.driver else "?"
     runs = [
-        f"{_label(n)} runs" + ("" if n == PERSISTENCED else f" at the driver's {version}")
+        f"{_label(n)} runs" + (f" at the driver's {version}" if _driver_versioned(n) else "")
         for n in wanted
     ]
     return f"{_where(facts, kind)}; {'; '.join(runs)}"
 
 
-def _pending_reason(facts: Facts, kind: Board, missing: list[DaemonName]) -> str:
+def _pending_reason(facts: Facts, kind: Board, missing: list[str]) -> str:
     parts = []
     for name in missing:
         daemon = facts.daemon(name)
@@ -257,21 +259,26 @@ def _pending_reason(facts: Facts, kind: Board, missing: list[DaemonName]) -> str
             state = "not known to run"
         elif not daemon.installed:
             state = "not installed"
-        elif name != PERSISTENCED and facts.driver and daemon.version != facts.driver.version:
+        elif _driver_versioned(name) and facts.driver and daemon.version != facts.driver.version:
             state = f"at {daemon.version}, not the driver's {facts.driver.version}"
         else:
             state = "not running"
         parts.append(f"{_label(name)} is {state}")
     todo = "enable and start it before the smoke test"
-    if any(not _installed_at_driver(facts, n) for n in missing if n != PERSISTENCED) or any(
-        not (d := facts.daemon(n)) or not d.installed for n in missing
+    if any(not _installed_at_driver(facts, n) for n in missing if _driver_versioned(n)) or any(
+        not _installed(facts, n) for n in missing
     ):
         extra = " with NVLSM and ib_umad (Blackwell HGX)" if needs_nvlsm(facts) else ""
         todo = f"install{extra} at the driver's exact version (its branch pin), then {todo}"
     return f"{_where(facts, kind)}: {'; '.join(parts)}: {todo}"
 
 
-def _installed_at_driver(facts: Facts, name: DaemonName) -> bool:
+def _installed(facts: Facts, name: str) -> bool:
+    daemon = facts.daemon(name)
+    return daemon is not None and daemon.installed
+
+
+def _installed_at_driver(facts: Facts, name: str) -> bool:
     daemon = facts.daemon(name)
     return (
         daemon is not None

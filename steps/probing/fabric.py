@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from steps.core.rootfs import RootFS
-from steps.formats.facts import Daemon, DaemonName, NvSwitch
+from steps.formats.facts import Daemon, NvSwitch
 from steps.known.knowledge import knowledge
 
 NVIDIA_VENDOR = "0x10de"
@@ -36,34 +36,27 @@ def nvswitches(fs: RootFS) -> list[NvSwitch] | None:
     return sorted(found, key=lambda s: s.pci_bus_id)
 
 
-def daemons(fs: RootFS) -> dict[DaemonName, Daemon] | None:
-    """Each daemon's package (dpkg's status file) and process (/proc/PID/cmdline); None when
-    the package database cannot be read (not a Debian-family system)."""
+def daemons(fs: RootFS) -> dict[str, Daemon] | None:
+    """Each daemon of assets/daemons.toml: its package (dpkg's status file) and process
+    (/proc/PID/cmdline); None when the package database cannot be read (not a Debian-family
+    system)."""
     status = fs.read_text(DPKG_STATUS)
     if status is None:
         return None
     packages = _installed_packages(status)
     running = _running(fs)
-    table = knowledge().fabric
-    names: dict[DaemonName, str] = {
-        "nvidia-fabricmanager": table.fabricmanager_package,
-        "nvlsm": table.nvlsm_package,
-        "nvidia-imex": table.imex_package,
-        "nvidia-persistenced": table.persistenced_package,
-    }
-    out: dict[DaemonName, Daemon] = {}
-    for name, package in names.items():
-        # the unsuffixed name (branch 580 on) or the branch's own (nvidia-fabricmanager-570)
-        version = packages.get(package) or next(
-            (v for p, v in packages.items() if re.fullmatch(rf"{re.escape(package)}-[0-9]+", p)),
-            None,
-        )
-        installed = package in packages or version is not None
-        executable = table.daemons[name]
+    out: dict[str, Daemon] = {}
+    for name, row in knowledge().daemons.daemon.items():
+        # the unsuffixed name (branch 580 on) or, driver-versioned, the branch's own
+        # (nvidia-fabricmanager-570)
+        suffixed = re.compile(rf"{re.escape(row.package)}-[0-9]+")
+        found = [row.package] if row.package in packages else []
+        if row.driver_versioned:
+            found += [p for p in packages if suffixed.fullmatch(p)]
         out[name] = Daemon(
-            installed=installed,
-            version=version if version else None,
-            active=None if running is None else executable in running,
+            installed=bool(found),
+            version=next((v for p in found if (v := packages[p])), None),
+            active=None if running is None else row.executable in running,
         )
     return out
 
