@@ -57,7 +57,10 @@ def test_fresh_box_driver_reboot_resume_toolkit_venv_extension_then_nothing(serv
     assert second.returncode == 0, second.stdout + second.stderr
     assert "rebooted; NVIDIA driver 580.105.08 is loaded" in second.stdout
     after_reboot = server.commands()[len(DRIVER_STEP) + 1 :]  # +1: the reboot itself
-    assert after_reboot == ["apt-get cuda-toolkit-13-0"]  # the repo was set up before
+    assert "apt-get cuda-toolkit-13-0" in after_reboot
+    # the repo was set up before (a step between the driver and the toolkit may add its own)
+    repo = [c for c in after_reboot if c.split()[0] in ("curl", "dpkg") or c == "apt-get update"]
+    assert not repo, after_reboot
 
     # the venv is real, made by uv as the invoking user, with the index's torch
     assert (server.venv / "bin" / "python").exists()
@@ -155,7 +158,10 @@ def test_events_tell_the_whole_story(server: FakeServer):
     events = server.events()
     assert isinstance(events[-1], Finished) and events[-1].code == 0
     started = [e.action for e in events if isinstance(e, ActionStarted)]
-    ended = [e.action for e in events if isinstance(e, ActionFinished)]
+    # an action two steps share (NVIDIA's repository) is "already-done" the second time
+    ended = [
+        e.action for e in events if isinstance(e, ActionFinished) and e.status != "already-done"
+    ]
     assert started == ended
     assert not any(isinstance(e, (Failed, RebootNeeded)) for e in events)
     # the stack is resolved first (its uv runs are actions too), then the plan, then the steps

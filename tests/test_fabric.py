@@ -98,14 +98,17 @@ def test_fabric_manager_follows_the_drivers_pin_and_starts_before_the_smoke_test
     assert ids.index("fabric.start-nvidia-fabricmanager") < ids.index("venv.smoke")
 
 
-def test_each_daemon_the_fabric_step_decides_on_is_one_row_of_the_daemon_table():
+def test_each_daemon_the_fabric_step_decides_on_is_one_row_of_the_daemon_table(
+    machine: FakeMachine,
+):
     """assets/daemons.toml is the one description of a daemon: the probe reports each row, and
     those the step starts have a unit there."""
     rows = knowledge().daemons.daemon
     assert {fabric.FABRIC_MANAGER, fabric.NVLSM, fabric.IMEX, fabric.PERSISTENCED} <= set(rows)
     assert all(rows[n].unit for n in (fabric.FABRIC_MANAGER, fabric.IMEX, fabric.PERSISTENCED))
-    facts = load_facts(HGX_H100)
-    assert facts.daemons is not None and list(facts.daemons) == list(rows)
+    machine.dpkg_installed("base-files", "12.4+deb12u8")
+    daemons = probe(RootFS(machine.root), env={}).facts.daemons
+    assert daemons is not None and list(daemons) == list(rows)
 
 
 def test_older_recorded_facts_still_load_and_say_nvswitches_unknown():
@@ -228,7 +231,7 @@ def test_the_fake_servers_systemctl_runs_the_daemons_a_fresh_plan_sees(server: F
     assert server.report()["failure"]["step"] == "toolkit", server.report()["failure"]
     assert "fabric.start-nvidia-fabricmanager" in server.report()["ran"]
     running = daemon_pids(server)
-    assert set(running) == {"nv-fabricmanager", "nvidia-persistenced"}, running
+    assert {"nv-fabricmanager", "nvidia-persistenced"} <= set(running), running
     plan = server.mlsetup("plan", "--answers", str(server.answers))
     assert "NVIDIA Fabric Manager runs at the driver's 580.105.08" in plan.stdout, plan.stdout
     assert "nvidia-persistenced runs" in plan.stdout
