@@ -80,7 +80,9 @@ link = f"{{ROOT}}/proc/{{os.getpid()}}"
 if os.path.lexists(link):
     os.unlink(link)
 os.symlink(f"/proc/{{os.getpid()}}", link)
-os.execv("/bin/sleep", [NAME, "infinity"])
+# it runs until its fake machine is gone: a server no test stopped (FakeServer.stop_daemons)
+# leaves no daemon behind its removed directory
+os.execv("/bin/sh", [NAME, "-c", 'while [ -d "$0" ]; do sleep 1; done', ROOT])
 """
 
 

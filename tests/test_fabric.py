@@ -8,6 +8,7 @@ start from off fake roots."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,20 @@ def test_fabric_managers_refusal_in_its_journal_is_diagnosed(server: FakeServer)
     assert "Fabric Manager 580.95.05 refuses to run with the loaded driver 580.105.08" in run.stdout
     assert "systemctl restart nvidia-fabricmanager" in failure["next"]
     assert "nv-fabricmanager" not in daemon_pids(server)
+
+
+def test_a_stand_in_daemon_ends_with_its_fake_machine(server: FakeServer):
+    """A server whose test never stopped its daemons (a fleet's, a benchmark's) leaves none
+    running once its directory is removed."""
+    env = server.env()
+    for argv in (
+        ["apt-get", "install", "-y", "--no-remove", "nvidia-persistenced"],
+        ["systemctl", "start", "nvidia-persistenced"],
+    ):
+        done = subprocess.run(
+            [server.bin / argv[0], *argv[1:]], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    pid = daemon_pids(server)["nvidia-persistenced"]
+    shutil.rmtree(server.root)
+    wait_for(lambda: not _alive(pid))
