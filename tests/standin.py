@@ -30,9 +30,9 @@ DRIVER_VERSIONS = {"580": "580.105.08", "590": "590.48.01", "595": "595.45.04"}
 # hands them over: package, driver_versioned, unit, executable. Installed, each is in dpkg's
 # status at the version of the driver package (the branch pin moves both; machine.json's
 # "repository": {package: version} plays a repository that lags the driver) with a stand-in
-# daemon as its executable; with machine.json's "systemd_units" (a real systemd reads the fake
-# root's /etc/systemd/system) its unit too, as the package would. Without them this systemctl
-# starts and stops the daemon itself, its output kept as the unit's journal.
+# daemon as its executable; where a real systemd runs it (units_dir) its unit too, as the package
+# would. Without one this systemctl starts and stops the daemon itself, its output kept as the
+# unit's journal.
 DAEMONS: list[dict] = CONFIG["daemons"]
 DAEMON_UNIT = """[Unit]
 Description=stand-in {package} {version} (mlsetup tests)
@@ -197,14 +197,28 @@ def install_daemon(m: dict, package: str, daemon: dict) -> None:
         )
     )
     executable.chmod(0o755)
-    if not m.get("systemd_units") or not unit:
+    units = units_dir(m)
+    if units is None or not unit:
         return
-    unit_file = at(f"/etc/systemd/system/{unit}.service")
+    unit_file = units / f"{unit}.service"
     unit_file.parent.mkdir(parents=True, exist_ok=True)
     unit_file.write_text(
         DAEMON_UNIT.format(package=package, version=version, executable=executable)
     )
     subprocess.run(["systemctl", "daemon-reload"], check=True)  # as the package's postinst
+
+
+def units_dir(m: dict) -> Path | None:
+    """Where a daemon package's unit goes for a real systemd to run it: the fake root's
+    /etc/systemd/system where machine.json's "systemd_units" says a real systemd reads it (bound
+    over the container's), or, in a container whose own systemctl the fake server uses (no
+    stand-in systemctl: tests/realhost's container servers), the container's, as the real
+    package there would; None: this stand-in's systemctl runs the daemon itself."""
+    if m.get("systemd_units"):
+        return at("/etc/systemd/system")
+    if not (BIN / "systemctl").exists() and Path("/run/systemd/container").exists():
+        return Path("/etc/systemd/system")
+    return None
 
 
 def dpkg_status(package: str, version: str) -> None:

@@ -138,8 +138,13 @@ def test_h200_with_finished_venv_has_nothing_to_do():
         packages={"torch": "2.14.1+cu130", "ninja": "1.13.2"},
     )
     plan = plan_for(H200, FLASH_ATTN, venv, lock)
-    assert {s.status for s in plan.steps} == {"satisfied"}
-    assert plan.actions == []
+    # the venv's steps have nothing to do (the recorded machine's own steps are its facts')
+    assert plan.step("venv").status == plan.step("extensions").status == "satisfied"
+    assert plan.step("venv").actions == plan.step("extensions").actions == []
+    # and the machine as recorded: its driver, fabric and toolkit are there too
+    assert {s.status for s in plan.steps if s.name in ("driver", "fabric", "toolkit")} == {
+        "satisfied"
+    }
 
 
 def test_fresh_box_installs_pinned_open_driver_blacklists_nouveau_and_reboots():
