@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -549,6 +550,32 @@ def test_wheelhouse_publishes_for_the_next_host(server: FakeServer, tmp_path_fac
     assert run.returncode == 0, run.stdout
     assert "extensions.tinyext.install-wheel" in server.report()["ran"]
     assert str(wheelhouse) in run.stdout
+
+    # the wheelhouse's wheel cut short (its builder's .sha256 kept), the cache and the venv
+    # without it: passed over naming both hashes, built from source, the whole wheel published
+    [wheel] = published
+    recorded = wheel.with_name(wheel.name + ".sha256").read_text().split()[0]
+    cut = wheel.read_bytes()[: wheel.stat().st_size // 2]
+    wheel.write_bytes(cut)
+    shutil.rmtree(server.root / "var/cache/mlsetup/wheels", ignore_errors=True)
+    server.write_answers(venv="~/third-env", extra=f'[build]\nwheelhouse = "{wheelhouse}"\n')
+    run = server.mlsetup("apply", "--answers", str(server.answers))
+    assert run.returncode == 0, run.stdout
+    said = (
+        f"sha256 {hashlib.sha256(cut).hexdigest()}, not the {recorded} its builder recorded "
+        "(a damaged or replaced wheel): passed over, built from source"
+    )
+    # said once the venv it is for exists (a later plan of the run), and kept in the report
+    notices = [e.text for e in server.events() if isinstance(e, Notice)]
+    assert [w for w in notices if said in w and wheel.name in w], notices
+    assert [w for w in server.report()["warnings"] if said in w], server.report()["warnings"]
+    assert "extensions.tinyext.build" in server.report()["ran"]
+    now = wheel.read_bytes()
+    assert now != cut
+    assert (
+        hashlib.sha256(now).hexdigest()
+        == (wheel.with_name(wheel.name + ".sha256").read_text().split()[0])
+    )
 
 
 def test_compile_killed_for_memory_is_retried_keeping_its_objects(server: FakeServer):

@@ -104,8 +104,24 @@ class Engine:
             self.emit(PlanMade(plan=json.loads(plan.to_json())))
             if self.apply_run.state is not None:
                 self.apply_run.state.plan = json.loads(plan.to_json())
+        else:
+            self._warn_anew(plan)
         self.plan, self.facts = plan, facts
         return facts, plan
+
+    def _warn_anew(self, plan: Plan) -> None:
+        """A warning a later plan adds (a wheelhouse wheel passed over once the venv it is for
+        exists) is said as a notice and kept with the run's warnings, the report's."""
+        state = self.apply_run.state
+        said = set(state.plan.get("warnings", [])) if state and state.plan else set()
+        for warning in plan.warnings:
+            if warning in said:
+                continue
+            log.info("plan warning: %s", warning)
+            self.emit(Notice(text=warning))
+            if state is not None and state.plan is not None:
+                state.plan.setdefault("warnings", []).append(warning)
+            said.add(warning)
 
     def _stack(self) -> PlannedStack:
         """The stack the plan follows: the run's lock, or the one a dry run was planned with

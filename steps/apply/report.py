@@ -170,9 +170,9 @@ class Report(_Strict):
     )
     warnings: list[str] = Field(
         default_factory=list,
-        description="the warnings of the plan this run started with, as the console showed "
-        "them: a wheelhouse wheel passed over (its sha256 and the one its builder recorded), "
-        "a setting that will not take effect, ...",
+        description="the warnings of the plan this run started with and those a later plan "
+        "of it added, as the console showed them: a wheelhouse wheel passed over (its sha256 "
+        "and the one its builder recorded), a setting that will not take effect, ...",
     )
     log_dir: str = Field(
         description="this run's logs: events.jsonl, one log per action, decisions.log"
