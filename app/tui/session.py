@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.tui.machinelabel import machine_label
+from app.tui.releasecheck import ReleaseCheck, ReleaseChecks, releases
 from steps.apply.engine import ApplyLock
 from steps.core.errors import InputError, describe_validation_error, refusal
 from steps.core.paths import STATE_DIR, Paths
@@ -32,7 +33,12 @@ from steps.formats.state import CorruptState, State, load_state, write_atomic
 from steps.planning.planner import plan_for
 from steps.probing.probe import probe
 from steps.run.asaccount import call_as
-from steps.stack.obtain import check_extension_releases, lock_for_plan
+from steps.stack.obtain import (
+    check_extension_releases,
+    lock_for_plan,
+    release_index,
+    releases_to_ask,
+)
 from steps.stack.venvstate import VenvState, probe_venv
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
@@ -104,6 +110,8 @@ class Session:
     stacks: dict[str, PlannedStack] = field(default_factory=dict)
     refused: dict[str, InputError] = field(default_factory=dict)
     resolving: dict[str, float] = field(default_factory=dict)
+    # the extension releases an edit named, asked of the index first (app.tui.releasecheck)
+    checks: ReleaseChecks = field(default_factory=ReleaseChecks)
     # called after an accepted change of the answers: the app resolves their stack again
     on_change: Callable[[], None] | None = None
 
@@ -178,8 +186,44 @@ class Session:
         return self.resolving.get(self.stack_key())
 
     def needs_resolution(self) -> bool:
+        """No resolution is known or going on for the answers as they are now, and none waits
+        for the index's answer about a release they name."""
         key = self.stack_key()
-        return key not in self.stacks and key not in self.refused and key not in self.resolving
+        done = key in self.stacks or key in self.refused or key in self.resolving
+        return not done and key not in self.checks.asking
+
+    def release_check(self) -> ReleaseCheck | None:
+        """The index being asked about an extension release these answers name; None: none."""
+        return self.checks.asking.get(self.stack_key())
+
+    def needs_release_check(self) -> bool:
+        key = self.stack_key()
+        return key in self.checks.asking and key not in self.checks.started
+
+    def check_releases(self, key: str) -> None:
+        """Ask the index about the releases of the check of `key` (`needs_release_check`), as
+        `mlsetup plan` does before it resolves: uv, seconds, or its network timeout where the
+        index hangs, so the app calls this in a worker thread, then `releases_checked`."""
+        check = self.checks.asking[key]
+        try:
+            check_extension_releases(self.fs, self.facts, check.answers, self.on_machine)
+        except InputError as exc:
+            self.checks.answered(key, check, exc)
+        else:
+            self.checks.answered(key, check, None)
+
+    def releases_checked(self, key: str) -> ReleaseCheck | None:
+        """The check of `key` was answered: it lands if the answers are still those it asked
+        about (a refusal sets the versions back, `refusal` says why); None when a newer edit
+        superseded it."""
+        check = self.checks.asking.pop(key, None)
+        if check is None or key != self.stack_key():
+            return None
+        error = self.checks.refused.get(key)
+        if error is not None:
+            check.refusal = str(error)
+            self.answers = check.set_back(self.answers)
+        return check
 
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, as `mlsetup plan` does (uv,
@@ -239,9 +283,7 @@ class Session:
         # its GPUs support, proprietary modules on GH200) are refused the same way
         try:
             self.plan()
-            if _names_an_extension_release(before, answers):
-                # the index's answer, as `mlsetup plan` checks it before resolving
-                check_extension_releases(self.fs, self.facts, answers, self.on_machine)
+            self._ask_index(before)
         except InputError as exc:
             self.answers = before
             return str(exc)
@@ -252,6 +294,34 @@ class Session:
         if self.on_change is not None:
             self.on_change()
         return None
+
+    def _ask_index(self, before: Answers) -> None:
+        """The extension releases the answers name that the index was not asked about are
+        asked about next (a worker: the edit is taken for now); refused at once (InputError)
+        when the index refused them before."""
+        if self.stack_key(before) not in self.checks.asking:  # those were taken
+            self.checks.known |= releases(before)
+        answers, key = self.answers, self.stack_key()
+        on_index = [(at, answers.extensions[at].name, v) for at, _, v in releases_to_ask(answers)]
+        unknown = self.checks.unknown(answers, {(name, v) for _, name, v in on_index})
+        if not unknown or key in self.checks.asking:
+            return
+        if key in self.checks.refused:
+            raise self.checks.refused[key]
+        at, name, version = next(r for r in on_index if r[1:] in unknown)
+        was = {e.name: e.version for e in before.extensions}
+        base = self.checks.asking.get(self.stack_key(before))  # an older check carried over
+        restore = {
+            n: base.restore[n] if base and n in base.restore else was.get(n) for n, _ in unknown
+        }
+        self.checks.asking[key] = ReleaseCheck(
+            answers,
+            f"extensions[{at}].version",
+            name,
+            version,
+            release_index(self.fs, self.facts, answers),
+            restore,
+        )
 
     # -- files --------------------------------------------------------------------------------
 
@@ -280,6 +350,8 @@ class Session:
         """Why this session cannot apply (None: it can)."""
         if refused := self.stack_refused():
             return refused
+        if check := self.release_check():
+            return f"{check.note} wait for its answer, or Esc in its field sets it back"
         if self.dry_run:
             return None
         if self.facts_file is not None:
@@ -369,10 +441,3 @@ def invoking_account() -> tuple[str, int, int] | None:
 
 def default_save_path() -> str:
     return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
-
-
-def _names_an_extension_release(before: Answers, after: Answers) -> bool:
-    """The change asks the index for an extension release it was not asked for before (a
-    version typed, an extension added)."""
-    was = {(e.name, e.version) for e in before.extensions}
-    return any((e.name, e.version) not in was for e in after.extensions)

@@ -25,16 +25,26 @@ from steps.stack.uvfailure import (
 Ask = Callable[[str, str, str], Result]
 
 
+def asked_of_index(answers: Answers) -> list[tuple[int, str, str]]:
+    """(position, package, version) of each extension release the index is asked about: those
+    fetched from it (the recipe's requirement is a name and version, not a local source)."""
+    recipes = knowledge().extensions
+    return [
+        (at, recipes[ext.name].package, ext.version)
+        for at, ext in enumerate(answers.extensions)
+        if recipes[ext.name].requirement == "{package}=={version}"
+    ]
+
+
 def check_extension_releases(
     answers: Answers, ask: Ask, local: bool, refuse: Refusals, build: str, python: str
 ) -> None:
-    """Each extension fetched from the index (its recipe's requirement is a name and version)
-    has the release asked for there; else InputError naming what the index has."""
+    """Each extension fetched from the index has the release asked for there; else InputError
+    naming what the index has."""
     recipes = knowledge().extensions
-    for at, ext in enumerate(answers.extensions):
+    for at, _package, _version in asked_of_index(answers):
+        ext = answers.extensions[at]
         recipe = recipes[ext.name]
-        if recipe.requirement != "{package}=={version}":
-            continue  # a local source: not the index's
         action = f"venv.resolve-check-{recipe.package}"
         title = f"Check that the index has {recipe.package} {ext.version}"
         result = ask(action, title, f"{recipe.package}=={ext.version}")

@@ -5,7 +5,7 @@ again (the planner is the one source of truth)."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from textual import events
 from textual.app import ComposeResult
@@ -20,6 +20,9 @@ from app.tui.screens.modals import SaveScreen
 from app.tui.trail import jump_keys, jumps
 from app.tui.widgets.fields import ChoiceField, FieldInput, Trail
 from app.tui.widgets.keybar import KeyBar, KeyHint
+
+if TYPE_CHECKING:  # the first screen is drawn before the answers' model is imported
+    from app.tui.releasecheck import ReleaseCheck
 
 # the number keys jump to the screens of the trail (app.tui.trail), 1 to as many as it has
 NUMBER_KEYS = 9
@@ -170,6 +173,10 @@ class WizardScreen(Screen):
         """The stack of the answers was resolved: show what follows from it."""
         if self.RECOMPUTE:
             await self._recompute()
+
+    async def release_refused(self, check: ReleaseCheck) -> None:
+        """The index lacks the extension release an edit named (the answers are set back):
+        the screen with that field says so there."""
 
     async def _recompute(self, keep_focus: bool = True) -> None:
         """The body again from the answers; what is typed in a field and not yet entered (or

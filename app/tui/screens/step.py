@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers.extensions import ExtensionsController
 from app.tui.controllers.step import controller_for
+from app.tui.releasecheck import ReleaseCheck
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.screens.modals import QuestionScreen
 from app.tui.widgets.fields import ChoiceField, MarkedLines, Section
@@ -30,6 +31,7 @@ class StepScreen(WizardScreen):
         super().__init__(name=step)
         self.controller = controller_for(self.wizard.session, step)
         self.STEP = step
+        self._add_refused: ReleaseCheck | None = None  # an added release the index lacks
 
     @property
     def adder(self) -> ExtensionsController | None:
@@ -67,7 +69,9 @@ class StepScreen(WizardScreen):
             )
             with Section("Choices", id="choices"):
                 for spec in c.fields():
-                    yield ChoiceField(spec, c.value(spec), c.field_note(spec))
+                    choice = ChoiceField(spec, c.value(spec), c.field_note(spec))
+                    choice.back_to = c.back_to(spec)
+                    yield choice
                 if self.adder is not None:
                     yield from self._extension_controls(self.adder)
             yield Section(
@@ -85,21 +89,25 @@ class StepScreen(WizardScreen):
         if addable:
             with Horizontal(id="add-row"):
                 yield Label("Add extension", classes="field-label")
+                # after the index refused an added release: that one again, with why
+                refused, self._add_refused = self._add_refused, None
+                name = refused.name if refused and refused.name in addable else addable[0]
                 yield Select(
                     [(n, n) for n in addable],
-                    value=addable[0],
+                    value=name,
                     allow_blank=False,
                     compact=True,
                     id="add-name",
                 )
                 yield Input(
-                    c.known_version(addable[0]),
+                    refused.version if refused else c.known_version(name),
                     placeholder="version",
                     compact=True,
                     id="add-version",
                 )
                 yield Button("Add", id="add", classes="small")
-            yield Static("", id="add-error", classes="field-error", markup=False)
+            why = refused.refusal if addable and refused else ""
+            yield Static(why, id="add-error", classes="field-error", markup=False)
 
     async def stack_resolved(self) -> None:
         await self.refresh_plan()  # in place: a field being edited keeps its focus
@@ -113,6 +121,42 @@ class StepScreen(WizardScreen):
         self.query_one("#heading", Static).update(self._heading_text())
         for field in self.query(ChoiceField):
             field.note(c.field_note(field.spec))
+            field.back_to = c.back_to(field.spec)
+
+    async def release_refused(self, check: ReleaseCheck) -> None:
+        """The index's refusal under the field whose edit it was (what is typed there is
+        kept, the answers hold the version before); an added extension is taken out again and
+        the Add row offers it with why."""
+        if check.added:
+            if self.adder is not None:
+                self._add_refused = check
+                await self._recompute(keep_focus=False)  # else when shown again
+            return
+        for field in self.query(ChoiceField):
+            if field.spec.key == check.field:
+                field.back_to = None
+                field.value = self.controller.value(field.spec)
+                field.refuse(check.refusal, check.version)
+                if self.app.screen is self:
+                    field.control_widget.focus()
+
+    def waits_for_index(self) -> bool:
+        """An edit on this screen is held while the index is asked about it: it says so, the
+        focus on that field, and the screen is not left (the answer lands there)."""
+        check = self.wizard.session.release_check()
+        fields = {f.spec.key: f for f in self.query(ChoiceField)}
+        if check is None or check.field not in fields:
+            return False
+        self.notify(
+            f"{check.note} wait for its answer, or Esc in that field sets it back",
+            severity="warning",
+        )
+        fields[check.field].control_widget.focus()
+        return True
+
+    def action_back(self) -> None:
+        if not self.waits_for_index():
+            super().action_back()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -145,6 +189,7 @@ class StepScreen(WizardScreen):
             field.control_widget.focus()
             return False
         field.accept(self.controller.value(field.spec))
+        field.back_to = self.controller.back_to(field.spec)
         return True
 
     def focus_after(self, field: ChoiceField) -> None:
@@ -163,6 +208,8 @@ class StepScreen(WizardScreen):
             widget = field.control_widget
             if isinstance(widget, Input) and (widget.value != field.value or field.refused):
                 self.enter_value(field, widget.value)
+        if self.waits_for_index():
+            return False
         bad = self.invalid
         if bad:
             self.notify(
