@@ -67,6 +67,8 @@ class ReviewScreen(WizardScreen):
 
     def _plan(self) -> ComposeResult:
         g = self.wizard.glyphs
+        if provisional := self.controller.provisional():
+            yield Static(provisional, id="provisional", markup=False)
         warnings = self.controller.warnings()
         if warnings:
             yield Section("Refused or warned", MarkedLines(g["warn"], warnings), classes="warnings")
