@@ -6,10 +6,12 @@ field and the version is set back. Plain Python, no Textual: the session holds t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from steps.core.errors import InputError
 from steps.formats.answers import Answers
+from steps.stack.obtain import releases_to_ask
 
 Release = tuple[str, str]  # (extension name, version)
 
@@ -78,9 +80,32 @@ class ReleaseChecks:
     asking: dict[str, ReleaseCheck] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # the keys whose worker runs
 
-    def unknown(self, answers: Answers, on_index: set[Release]) -> set[Release]:
-        """The releases of `answers` (those fetched from the index, `on_index`) not known."""
-        return (releases(answers) & on_index) - self.known
+    def after_edit(
+        self, before: tuple[Answers, str], after: tuple[Answers, str], where: Callable[[], str]
+    ) -> None:
+        """An edit from `before` to `after` (answers, stack key): the extension releases it
+        names that the index was not asked about are asked about next (`asking`: the edit is
+        taken for now); InputError at once when the index refused them before. `where`: the
+        index they are asked of, as its refusal names it."""
+        (was, was_key), (answers, key) = before, after
+        if was_key not in self.asking:  # those were taken
+            self.known |= releases(was)
+        on_index = [(at, answers.extensions[at].name, v) for at, _, v in releases_to_ask(answers)]
+        unknown = {(name, v) for _, name, v in on_index} - self.known
+        if not unknown or key in self.asking:
+            return
+        if key in self.refused:
+            raise self.refused[key]
+        at, name, version = next(r for r in on_index if r[1:] in unknown)
+        versions = {e.name: e.version for e in was.extensions}
+        older = self.asking.get(was_key)  # an edit that superseded a check: its versions before
+        restore = {
+            n: older.restore[n] if older and n in older.restore else versions.get(n)
+            for n, _ in unknown
+        }
+        self.asking[key] = ReleaseCheck(
+            answers, f"extensions[{at}].version", name, version, where(), restore
+        )
 
     def answered(self, key: str, check: ReleaseCheck, error: InputError | None) -> None:
         """The index's answer for the check of `key` (from the worker)."""

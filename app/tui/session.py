@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.tui.machinelabel import machine_label
-from app.tui.releasecheck import ReleaseCheck, ReleaseChecks, releases
+from app.tui.releasecheck import ReleaseCheck, ReleaseChecks
 from steps.apply.engine import ApplyLock
 from steps.core.errors import InputError, describe_validation_error, refusal
 from steps.core.paths import STATE_DIR, Paths
@@ -33,12 +33,7 @@ from steps.formats.state import CorruptState, State, load_state, write_atomic
 from steps.planning.planner import plan_for
 from steps.probing.probe import probe
 from steps.run.asaccount import call_as
-from steps.stack.obtain import (
-    check_extension_releases,
-    lock_for_plan,
-    release_index,
-    releases_to_ask,
-)
+from steps.stack.obtain import check_extension_releases, lock_for_plan, release_index
 from steps.stack.venvstate import VenvState, probe_venv
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
@@ -283,7 +278,12 @@ class Session:
         # its GPUs support, proprietary modules on GH200) are refused the same way
         try:
             self.plan()
-            self._ask_index(before)
+            # the releases it names that the index was not asked about: asked next
+            self.checks.after_edit(
+                (before, self.stack_key(before)),
+                (answers, self.stack_key()),
+                lambda: release_index(self.fs, self.facts, answers),
+            )
         except InputError as exc:
             self.answers = before
             return str(exc)
@@ -294,34 +294,6 @@ class Session:
         if self.on_change is not None:
             self.on_change()
         return None
-
-    def _ask_index(self, before: Answers) -> None:
-        """The extension releases the answers name that the index was not asked about are
-        asked about next (a worker: the edit is taken for now); refused at once (InputError)
-        when the index refused them before."""
-        if self.stack_key(before) not in self.checks.asking:  # those were taken
-            self.checks.known |= releases(before)
-        answers, key = self.answers, self.stack_key()
-        on_index = [(at, answers.extensions[at].name, v) for at, _, v in releases_to_ask(answers)]
-        unknown = self.checks.unknown(answers, {(name, v) for _, name, v in on_index})
-        if not unknown or key in self.checks.asking:
-            return
-        if key in self.checks.refused:
-            raise self.checks.refused[key]
-        at, name, version = next(r for r in on_index if r[1:] in unknown)
-        was = {e.name: e.version for e in before.extensions}
-        base = self.checks.asking.get(self.stack_key(before))  # an older check carried over
-        restore = {
-            n: base.restore[n] if base and n in base.restore else was.get(n) for n, _ in unknown
-        }
-        self.checks.asking[key] = ReleaseCheck(
-            answers,
-            f"extensions[{at}].version",
-            name,
-            version,
-            release_index(self.fs, self.facts, answers),
-            restore,
-        )
 
     # -- files --------------------------------------------------------------------------------
 
