@@ -211,9 +211,15 @@ class WizardApp(App[int]):
         edit superseded it); then the stack is resolved for the answers as they are now."""
         check = self.session.releases_checked(key)
         if check is not None and check.refusal:
-            for screen in self.screen_stack:
-                if isinstance(screen, WizardScreen):
-                    screen.call_later(screen.release_refused, check)
+            self.session.checks.unseen = check  # until its field's screen shows it
+            if getattr(self.screen, "STEP", "") != "extensions":
+                self.notify(
+                    f"The index has no {check.asked}: set back; Extensions says why",
+                    severity="error",
+                    timeout=8,
+                )
+            if isinstance(self.screen, WizardScreen):
+                self.screen.call_later(self.screen.release_refused)
         self.resolve_stack()
         self._stack_resolved()
 

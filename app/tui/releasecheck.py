@@ -79,6 +79,8 @@ class ReleaseChecks:
     refused: dict[str, InputError] = field(default_factory=dict)
     asking: dict[str, ReleaseCheck] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # the keys whose worker runs
+    # a refusal that landed, until the screen with its field shows it (Apply waits)
+    unseen: ReleaseCheck | None = None
 
     def after_edit(
         self, before: tuple[Answers, str], after: tuple[Answers, str], where: Callable[[], str]

@@ -323,7 +323,9 @@ class Session:
         if refused := self.stack_refused():
             return refused
         if check := self.release_check():
-            return f"{check.note} wait for its answer, or Esc in its field sets it back"
+            return f"{check.note} Apply waits for its answer"
+        if unseen := self.checks.unseen:
+            return unseen.refusal
         if self.dry_run:
             return None
         if self.facts_file is not None:

@@ -17,7 +17,14 @@ from app.tui.app import WizardApp
 from steps.formats.answers import load_answers
 from tests.recorded_pypi import ProxyTrap, RecordedIndex
 from tests.test_answers_fit import FLASH_ATTN, PREFIX, plan_refusal
-from tests.tui.helpers import Recorder, dry_session, machine, stack_resolved, wait_until
+from tests.tui.helpers import (
+    Recorder,
+    dry_session,
+    machine,
+    shown,
+    stack_resolved,
+    wait_until,
+)
 from tests.tui.test_wizard_80x24 import RTX, box, field, goto
 
 
@@ -65,28 +72,33 @@ async def test_a_slow_index_holds_only_the_field_and_its_refusal_lands_there(pyp
         field(app, VERSION).enter("9.9.9")
         await wait_until(pilot, lambda: bool(pypi.waiting), what="uv asking the index")
         assert note(app, VERSION) == f"checking flash-attn 9.9.9 on {pypi.url}\u2026"
+        assert "checking flash-attn 9.9.9 on" in shown(app)  # in sight, not only set
 
         # meanwhile the wizard takes keys: a RAM limit typed and entered, Tab, Continue
         box(app, "build.memory_limit").focus()
         await pilot.press(*"32GiB", "enter", "tab")
         assert app.session.answers.build.memory_limit == "32GiB"
         app.screen.query_one("#next").focus()
-        await pilot.press("enter")  # the screen stays: the answer lands on its field
-        await pilot.pause()
-        assert getattr(app.screen, "STEP", "") == "extensions"
-        assert app.focused is box(app, VERSION)
-        why_not = app.session.why_not_apply() or ""
-        assert why_not.startswith("checking flash-attn 9.9.9"), why_not
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: getattr(app.screen, "STEP", "") == "review", what="Review")
+        assert app.screen.query_one("#next").disabled  # the dry run waits for the answer
+        assert "checking flash-attn 9.9.9" in shown(app) and "Apply waits" in shown(app)
         assert pypi.waiting, "the index answered before the keys were taken"
 
-        gate.set()
-        version = field(app, VERSION)
-        await wait_until(pilot, lambda: version.refused, what="the index's refusal")
-        assert PREFIX + " ".join(version.refusal.split()) == cli
-        assert box(app, VERSION).value == "9.9.9"  # what was typed stays, to be fixed
+        gate.set()  # the index's refusal comes while Review is in front
+        await wait_until(pilot, lambda: app.session.release_check() is None, what="the answer")
+        await pilot.pause()
         assert app.session.answers.extensions[0].version == "2.8.3"
         assert app.session.answers.build.memory_limit == "32GiB"  # the later edit is kept
-        assert app.session.release_check() is None
+        assert app.screen.query_one("#next").disabled  # until its field has said it
+        assert cli.removeprefix(PREFIX) in " ".join(shown(app).split())
+
+        await goto(pilot, "extensions")  # where it lands: on the field, what was typed kept
+        version = field(app, VERSION)
+        await wait_until(pilot, lambda: version.refused, what="the refusal on the field")
+        assert PREFIX + " ".join(version.refusal.split()) == cli
+        assert box(app, VERSION).value == "9.9.9" and app.focused is box(app, VERSION)
+        assert app.session.why_not_apply() is None  # the answers hold what the index has
 
 
 async def test_a_check_a_newer_edit_superseded_does_not_land(pypi, tmp_path):

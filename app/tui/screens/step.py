@@ -123,44 +123,38 @@ class StepScreen(WizardScreen):
             field.note(c.field_note(field.spec))
             field.back_to = c.back_to(field.spec)
 
-    async def release_refused(self, check: ReleaseCheck) -> None:
-        """The index's refusal under the field whose edit it was (what is typed there is
-        kept, the answers hold the version before); an added extension is taken out again and
-        the Add row offers it with why."""
-        if check.added:
-            if self.adder is not None:
-                self._add_refused = check
-                await self._recompute(keep_focus=False)  # else when shown again
+    async def release_refused(self) -> None:
+        """The index's refusal of a release an edit named (the answers hold the version
+        before), once, on the screen with its field: under the field, what is typed there
+        kept; an added extension is taken out again and the Add row offers it with why."""
+        checks = self.wizard.session.checks
+        check = checks.unseen
+        if check is None:
+            return
+        if check.added and self.adder is not None:
+            checks.unseen, self._add_refused = None, check
+            await self._recompute(keep_focus=False)
             return
         for field in self.query(ChoiceField):
             if field.spec.key == check.field:
-                field.back_to = None
+                checks.unseen, field.back_to = None, None
                 field.value = self.controller.value(field.spec)
                 field.refuse(check.refusal, check.version)
+                box = field.control_widget
+                if box.value == field.value:  # drawn after it was set back: what was typed
+                    box.value = check.version
                 if self.app.screen is self:
-                    field.control_widget.focus()
+                    box.focus()
 
-    def waits_for_index(self) -> bool:
-        """An edit on this screen is held while the index is asked about it: it says so, the
-        focus on that field, and the screen is not left (the answer lands there)."""
-        check = self.wizard.session.release_check()
-        fields = {f.spec.key: f for f in self.query(ChoiceField)}
-        if check is None or check.field not in fields:
-            return False
-        self.notify(
-            f"{check.note} wait for its answer, or Esc in that field sets it back",
-            severity="warning",
-        )
-        fields[check.field].control_widget.focus()
-        return True
-
-    def action_back(self) -> None:
-        if not self.waits_for_index():
-            super().action_back()
+    async def _recompute(self, keep_focus: bool = True) -> None:
+        await super()._recompute(keep_focus)
+        if self.app.screen is self:
+            await self.release_refused()  # landed while this screen was not in front
 
     def on_mount(self) -> None:
         super().on_mount()
         self.set_interval(1, self._resolving)
+        self.call_after_refresh(self.release_refused)
 
     def _resolving(self) -> None:
         """While uv resolves, the seconds it has taken, where the screen says so."""
@@ -208,8 +202,6 @@ class StepScreen(WizardScreen):
             widget = field.control_widget
             if isinstance(widget, Input) and (widget.value != field.value or field.refused):
                 self.enter_value(field, widget.value)
-        if self.waits_for_index():
-            return False
         bad = self.invalid
         if bad:
             self.notify(

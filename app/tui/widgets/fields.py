@@ -57,6 +57,7 @@ class ChoiceField(Vertical):
         self.spec = spec
         self.value = value  # the value the answers hold
         self.first_note = note  # what `note` says, from the first frame
+        self.set_class(bool(note), "-noted")
         self.refused_raw = ""  # what was typed and refused
         self.refusal = ""  # why
         # the value before an edit the answers hold for now (the index is being asked about
@@ -197,17 +198,19 @@ class ChoiceField(Vertical):
         """Say `text` under the field (the value is taken: a note, not a refusal)."""
         if not self.refused:
             self.query_one(".field-error", Static).update(text)
+            self.set_class(bool(text), "-noted")
 
     def refuse(self, why: str, raw: str = "") -> None:
         self.refused_raw = raw
         self.refusal = why
         self.add_class("-invalid")
+        self.remove_class("-noted")
         self.query_one(".field-label", Label).update(f"! {self.spec.label}")
         self.query_one(".field-error", Static).update(why)
 
     def accept(self, value: str) -> None:
         self.value = value
-        self.remove_class("-invalid")
+        self.remove_class("-invalid", "-noted")
         self.query_one(".field-label", Label).update(f"  {self.spec.label}")
         self.query_one(".field-error", Static).update("")
 
