@@ -77,6 +77,12 @@ class ReviewScreen(WizardScreen):
         if why:
             yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
 
+    async def _recompute(self, keep_focus: bool = True) -> None:
+        # Apply held back (the index being asked, uv resolving into a refusal) and now let go:
+        # the focus goes to it, as when Review is first shown
+        held = [b.disabled for b in self.query("#next").results(Button)]
+        await super()._recompute(keep_focus and not any(held))
+
     def focus_default(self) -> None:
         for button in self.query("#next, #save").results(Button):
             if not button.disabled:
