@@ -42,12 +42,11 @@ def check_extension_releases(
     """Each extension fetched from the index has the release asked for there; else InputError
     naming what the index has."""
     recipes = knowledge().extensions
-    for at, _package, _version in asked_of_index(answers):
-        ext = answers.extensions[at]
-        recipe = recipes[ext.name]
-        action = f"venv.resolve-check-{recipe.package}"
-        title = f"Check that the index has {recipe.package} {ext.version}"
-        result = ask(action, title, f"{recipe.package}=={ext.version}")
+    for at, package, version in asked_of_index(answers):
+        recipe = recipes[answers.extensions[at].name]
+        action = f"venv.resolve-check-{package}"
+        title = f"Check that the index has {package} {version}"
+        result = ask(action, title, f"{package}=={version}")
         if result.exit_code == 0:
             continue
         failure = read_failure(result.tail, local)
@@ -55,7 +54,7 @@ def check_extension_releases(
             raise refuse.of(failure, build, python, action)
         if not isinstance(failure, Missing):
             continue  # it is there (only as source, or not for this Python: the build says)
-        newest = newest_available(ask(action, title, f"{recipe.package}>={ABOVE_ALL}").tail)
+        newest = newest_available(ask(action, title, f"{package}>={ABOVE_ALL}").tail)
         if newest is None:  # the index answers, and has no release of it: a partial mirror
-            raise InputError(refuse.no_release_at_all(at, ext.version, recipe, build))
-        raise InputError(refuse.no_release(at, ext.version, recipe, newest, build))
+            raise InputError(refuse.no_release_at_all(at, version, recipe, build))
+        raise InputError(refuse.no_release(at, version, recipe, newest, build))
