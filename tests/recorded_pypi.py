@@ -11,9 +11,10 @@ the venv's owner) and the build backends those builds install. PyPI serves no `.
 these files today (uv reads them with range requests); the copy serves each one it recorded, so
 uv never needs a wheel's body.
 
-`RecordedIndex` serves it (or answers 404 for everything: a mirror that has nothing) and logs
-every request; `ProxyTrap` is an HTTP(S) proxy that refuses and logs every request, so a test can
-prove that uv fetched nothing from anywhere but the index it was given.
+`RecordedIndex` serves it (or answers 404 for everything: a mirror that has nothing), holds the
+requests for a project a test names (a slow index), and logs every request; `ProxyTrap` is an
+HTTP(S) proxy that refuses and logs every request, so a test can prove that uv fetched nothing
+from anywhere but the index it was given.
 """
 
 from __future__ import annotations
@@ -262,12 +263,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(body=True)
 
     def _answer(self, body: bool) -> None:
+        self.server.index.wait_if_held(self.path)
         status, ctype, data = self.server.index.respond(self.path)
         self.server.index.log.append((self.command, self.path, status))
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
-        if status == 200:  # as PyPI: pages for 10 minutes, files for ever (a warm cache asks none)
+        if self.server.index.is_held(self.path):  # asked again each time: it can be held
+            self.send_header("Cache-Control", "no-cache")
+        elif status == 200:  # as PyPI: pages for 10 minutes, files for ever (a warm cache asks
+            # none)
             age = 600 if ctype == SIMPLE_JSON else 365 * 86400
             self.send_header("Cache-Control", f"max-age={age}, public")
         self.end_headers()
@@ -295,6 +300,8 @@ class RecordedIndex:
         self.missing = missing
         self.source = source
         self.log: list[tuple[str, str, int]] = []
+        self._held: dict[str, tuple[threading.Event, float | None]] = {}
+        self.waiting: list[str] = []  # the paths of the requests held now
         self._server = _IndexServer(self)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -313,6 +320,32 @@ class RecordedIndex:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def hold(self, project: str, seconds: float | None = None) -> threading.Event:
+        """A request for `project`'s page waits while the event returned is clear (an index
+        that answers slowly: a hanging proxy, a far mirror), or `seconds` at most when given;
+        then it is answered as usual. The page is never cached (uv asks for it each time):
+        hold it before uv first reads it."""
+        gate = threading.Event()
+        self._held[canonicalize_name(project)] = (gate, seconds)
+        return gate
+
+    def _held_for(self, path: str) -> tuple[threading.Event, float | None] | None:
+        m = re.fullmatch(r"/simple/([^/]+)/?", unquote(path.split("?", 1)[0]))
+        return self._held.get(canonicalize_name(m.group(1))) if m else None
+
+    def is_held(self, path: str) -> bool:
+        return self._held_for(path) is not None
+
+    def wait_if_held(self, path: str) -> None:
+        held = self._held_for(path)
+        if held is not None and not held[0].is_set():
+            gate, seconds = held
+            self.waiting.append(path)
+            try:
+                gate.wait(seconds)
+            finally:
+                self.waiting.remove(path)
 
     def fetched(self) -> list[str]:
         """The paths answered 200."""

@@ -13,6 +13,7 @@ are imported where they are first used.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -183,14 +184,44 @@ class WizardApp(App[int]):
 
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, in a worker thread (uv takes
-        seconds to a minute); the screen in front shows the plan again when it is done."""
-        if self.session.needs_resolution():
-            self.session.resolving[self.session.stack_key()] = time.time()
+        seconds to a minute); the screen in front shows the plan again when it is done. An
+        extension release an edit named is asked of the index first, in a worker too (an
+        index that hangs holds nothing but that field)."""
+        s = self.session
+        if s.needs_release_check():
+            key = s.stack_key()
+            s.checks.started.add(key)
+            asked = s.checks.asking[key].asked
+            work = functools.partial(self._check_releases, key)
+            self.run_worker(work, name=f"check {asked}", thread=True, group="releases")
+        elif s.needs_resolution():
+            s.resolving[s.stack_key()] = time.time()
             self.run_worker(self._resolve, thread=True, group="stack")
 
     def _resolve(self) -> None:
         self.session.resolve_stack()
         self.call_from_thread(self._stack_resolved)
+
+    def _check_releases(self, key: str) -> None:
+        self.session.check_releases(key)
+        self.call_from_thread(self._releases_checked, key)
+
+    def _releases_checked(self, key: str) -> None:
+        """The index answered: a refusal lands on the field whose edit it was (unless a newer
+        edit superseded it); then the stack is resolved for the answers as they are now."""
+        check = self.session.releases_checked(key)
+        if check is not None and check.refusal:
+            self.session.checks.unseen = check  # until its field's screen shows it
+            if getattr(self.screen, "STEP", "") != "extensions":
+                self.notify(
+                    f"The index has no {check.asked}: set back; Extensions says why",
+                    severity="error",
+                    timeout=8,
+                )
+            if isinstance(self.screen, WizardScreen):
+                self.screen.call_later(self.screen.release_refused)
+        self.resolve_stack()
+        self._stack_resolved()
 
     def _stack_resolved(self) -> None:
         if isinstance(self.screen, WizardScreen):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.tui.machinelabel import machine_label
+from app.tui.releasecheck import ReleaseCheck, ReleaseChecks
 from steps.apply.engine import ApplyLock
 from steps.core.errors import InputError, describe_validation_error, refusal
 from steps.core.paths import STATE_DIR, Paths
@@ -32,7 +33,7 @@ from steps.formats.state import CorruptState, State, load_state, write_atomic
 from steps.planning.planner import plan_for
 from steps.probing.probe import probe
 from steps.run.asaccount import call_as
-from steps.stack.obtain import check_extension_releases, lock_for_plan
+from steps.stack.obtain import check_extension_releases, lock_for_plan, release_index
 from steps.stack.venvstate import VenvState, probe_venv
 
 APPLY_ANSWERS = f"{STATE_DIR}/answers.toml"
@@ -104,6 +105,8 @@ class Session:
     stacks: dict[str, PlannedStack] = field(default_factory=dict)
     refused: dict[str, InputError] = field(default_factory=dict)
     resolving: dict[str, float] = field(default_factory=dict)
+    # the extension releases an edit named, asked of the index first (app.tui.releasecheck)
+    checks: ReleaseChecks = field(default_factory=ReleaseChecks)
     # called after an accepted change of the answers: the app resolves their stack again
     on_change: Callable[[], None] | None = None
 
@@ -178,8 +181,44 @@ class Session:
         return self.resolving.get(self.stack_key())
 
     def needs_resolution(self) -> bool:
+        """No resolution is known or going on for the answers as they are now, and none waits
+        for the index's answer about a release they name."""
         key = self.stack_key()
-        return key not in self.stacks and key not in self.refused and key not in self.resolving
+        done = key in self.stacks or key in self.refused or key in self.resolving
+        return not done and key not in self.checks.asking
+
+    def release_check(self) -> ReleaseCheck | None:
+        """The index being asked about an extension release these answers name; None: none."""
+        return self.checks.asking.get(self.stack_key())
+
+    def needs_release_check(self) -> bool:
+        key = self.stack_key()
+        return key in self.checks.asking and key not in self.checks.started
+
+    def check_releases(self, key: str) -> None:
+        """Ask the index about the releases of the check of `key` (`needs_release_check`), as
+        `mlsetup plan` does before it resolves: uv, seconds, or its network timeout where the
+        index hangs, so the app calls this in a worker thread, then `releases_checked`."""
+        check = self.checks.asking[key]
+        try:
+            check_extension_releases(self.fs, self.facts, check.answers, self.on_machine)
+        except InputError as exc:
+            self.checks.answered(key, check, exc)
+        else:
+            self.checks.answered(key, check, None)
+
+    def releases_checked(self, key: str) -> ReleaseCheck | None:
+        """The check of `key` was answered: it lands if the answers are still those it asked
+        about (a refusal sets the versions back, `refusal` says why); None when a newer edit
+        superseded it."""
+        check = self.checks.asking.pop(key, None)
+        if check is None or key != self.stack_key():
+            return None
+        error = self.checks.refused.get(key)
+        if error is not None:
+            check.refusal = str(error)
+            self.answers = check.set_back(self.answers)
+        return check
 
     def resolve_stack(self) -> None:
         """Resolve the stack for the answers as they are now, as `mlsetup plan` does (uv,
@@ -239,9 +278,12 @@ class Session:
         # its GPUs support, proprietary modules on GH200) are refused the same way
         try:
             self.plan()
-            if _names_an_extension_release(before, answers):
-                # the index's answer, as `mlsetup plan` checks it before resolving
-                check_extension_releases(self.fs, self.facts, answers, self.on_machine)
+            # the releases it names that the index was not asked about: asked next
+            self.checks.after_edit(
+                (before, self.stack_key(before)),
+                (answers, self.stack_key()),
+                lambda: release_index(self.fs, self.facts, answers),
+            )
         except InputError as exc:
             self.answers = before
             return str(exc)
@@ -280,6 +322,10 @@ class Session:
         """Why this session cannot apply (None: it can)."""
         if refused := self.stack_refused():
             return refused
+        if check := self.release_check():
+            return f"{check.note} Apply waits for its answer"
+        if unseen := self.checks.unseen:
+            return unseen.refusal
         if self.dry_run:
             return None
         if self.facts_file is not None:
@@ -369,10 +415,3 @@ def invoking_account() -> tuple[str, int, int] | None:
 
 def default_save_path() -> str:
     return DEFAULT_SAVE if os.access(".", os.W_OK) else str(Path.home() / "mlsetup-answers.toml")
-
-
-def _names_an_extension_release(before: Answers, after: Answers) -> bool:
-    """The change asks the index for an extension release it was not asked for before (a
-    version typed, an extension added)."""
-    was = {(e.name, e.version) for e in before.extensions}
-    return any((e.name, e.version) not in was for e in after.extensions)

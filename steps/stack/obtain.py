@@ -23,11 +23,12 @@ from steps.formats.lock import (
     read_lock_file,
 )
 from steps.formats.plan import Action
-from steps.run.index import index_secrets
+from steps.run.index import index_label, index_secrets
 from steps.run.runner import Result, Runner, RunnerError
 from steps.stack.check import lock_problems
 from steps.stack.inputs import stack_inputs
 from steps.stack.refusal import StackUnavailable
+from steps.stack.releases import asked_of_index
 from steps.stack.resolve import Resolution, RunCommand, resolver_for
 
 
@@ -77,7 +78,7 @@ def check_extension_releases(
     """The extension releases the answers ask for are on the index, as `mlsetup plan` checks
     them (InputError naming what the index has); nothing is said when the index cannot be
     reached or a lock is given (the resolution, or the lock's own check, says that)."""
-    if not answers.extensions or answers.venv.lock:
+    if not releases_to_ask(answers):
         return
     resolver = resolver_for(fs, choose(facts, answers).owner.run_as, on_machine)
     inputs = stack_inputs(facts, answers, fs.root, resolver.builds)
@@ -87,6 +88,18 @@ def check_extension_releases(
             Resolution(facts, answers, inputs, run, resolver).check_releases()
         except StackUnavailable:
             return
+
+
+def releases_to_ask(answers: Answers) -> list[tuple[int, str, str]]:
+    """(position, package, version) of each extension release `check_extension_releases` asks
+    the index about (none when a lock is given: the lock's own check says it)."""
+    return [] if answers.venv.lock else asked_of_index(answers)
+
+
+def release_index(fs: RootFS, facts: Facts, answers: Answers) -> str:
+    """The index `check_extension_releases` asks, as its refusals name it (no credentials)."""
+    inputs = stack_inputs(facts, answers, fs.root)
+    return index_label(answers, inputs.builds[0], inputs.configured)
 
 
 def _plan_runner(fs: RootFS, answers: Answers, logs: Path) -> RunCommand:

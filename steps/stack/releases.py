@@ -25,19 +25,28 @@ from steps.stack.uvfailure import (
 Ask = Callable[[str, str, str], Result]
 
 
+def asked_of_index(answers: Answers) -> list[tuple[int, str, str]]:
+    """(position, package, version) of each extension release the index is asked about: those
+    fetched from it (the recipe's requirement is a name and version, not a local source)."""
+    recipes = knowledge().extensions
+    return [
+        (at, recipes[ext.name].package, ext.version)
+        for at, ext in enumerate(answers.extensions)
+        if recipes[ext.name].requirement == "{package}=={version}"
+    ]
+
+
 def check_extension_releases(
     answers: Answers, ask: Ask, local: bool, refuse: Refusals, build: str, python: str
 ) -> None:
-    """Each extension fetched from the index (its recipe's requirement is a name and version)
-    has the release asked for there; else InputError naming what the index has."""
+    """Each extension fetched from the index has the release asked for there; else InputError
+    naming what the index has."""
     recipes = knowledge().extensions
-    for at, ext in enumerate(answers.extensions):
-        recipe = recipes[ext.name]
-        if recipe.requirement != "{package}=={version}":
-            continue  # a local source: not the index's
-        action = f"venv.resolve-check-{recipe.package}"
-        title = f"Check that the index has {recipe.package} {ext.version}"
-        result = ask(action, title, f"{recipe.package}=={ext.version}")
+    for at, package, version in asked_of_index(answers):
+        recipe = recipes[answers.extensions[at].name]
+        action = f"venv.resolve-check-{package}"
+        title = f"Check that the index has {package} {version}"
+        result = ask(action, title, f"{package}=={version}")
         if result.exit_code == 0:
             continue
         failure = read_failure(result.tail, local)
@@ -45,7 +54,7 @@ def check_extension_releases(
             raise refuse.of(failure, build, python, action)
         if not isinstance(failure, Missing):
             continue  # it is there (only as source, or not for this Python: the build says)
-        newest = newest_available(ask(action, title, f"{recipe.package}>={ABOVE_ALL}").tail)
+        newest = newest_available(ask(action, title, f"{package}>={ABOVE_ALL}").tail)
         if newest is None:  # the index answers, and has no release of it: a partial mirror
-            raise InputError(refuse.no_release_at_all(at, ext.version, recipe, build))
-        raise InputError(refuse.no_release(at, ext.version, recipe, newest, build))
+            raise InputError(refuse.no_release_at_all(at, version, recipe, build))
+        raise InputError(refuse.no_release(at, version, recipe, newest, build))

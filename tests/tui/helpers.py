@@ -95,12 +95,13 @@ async def wait_until(
 
 
 async def stack_resolved(pilot: Pilot) -> None:
-    """The wizard's resolution of the answers' stack (a worker running uv) has returned and
-    the screen in front shows its plan."""
+    """The wizard's resolution of the answers' stack (a worker running uv, after the one
+    asking the index about an extension release an edit named) has returned and the screen in
+    front shows its plan."""
     app = pilot.app
     await wait_until(
         pilot,
-        lambda: all(w.is_finished for w in app.workers if w.group == "stack"),
+        lambda: all(w.is_finished for w in app.workers if w.group in ("releases", "stack")),
         what="the stack's resolution",
     )
     await pilot.pause()

@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from app.tui.app import WizardApp
 from tests.recorded_pypi import ProxyTrap, RecordedIndex
+from tests.test_answers_fit import FLASH_ATTN
 from tests.tui.helpers import dry_session, shown, stack_resolved, wait_until
 from tests.tui.test_wizard_80x24 import RTX, box, field, goto, type_into
 
@@ -72,3 +73,30 @@ async def test_venv_shows_uvs_refusal_under_the_packages(recorded_pypi):
         assert "refused" in heading and "action" not in heading
         assert "mlsetup: input error (" in shown(app) and not app.screen.query("#plan")
         assert app.screen.query_one("#next").disabled
+
+
+async def test_review_says_its_plan_is_the_tables_until_the_first_resolution_lands(
+    recorded_pypi, tmp_path
+):
+    """While uv's first resolution waits on the index (flash-attn's page held), Review says
+    that its plan is from mlsetup's tables, in sight at 80x24; once the lock lands, it says
+    the plan uv's lock gives, and no longer that."""
+    gate = recorded_pypi.hold("flash-attn")  # clear: the resolution waits until it is set
+    path = tmp_path / "answers.toml"
+    path.write_text("version = 1\n" + FLASH_ATTN)
+    app = WizardApp(dry_session(RTX, path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await goto(pilot, "review")
+        await wait_until(pilot, lambda: bool(recorded_pypi.waiting), what="uv asking the index")
+        await wait_until(pilot, lambda: app.screen.query("#provisional"), what="the mark")
+        mark = app.screen.query_one("#provisional", Static)
+        assert str(mark.visual).startswith("Resolving the stack with uv")
+        assert "from mlsetup's tables" in " ".join(shown(app).split())
+        region = mark.region
+        assert region.height > 0 and region.bottom <= 23, region  # in sight, above the key bar
+
+        gate.set()
+        await stack_resolved(pilot)
+        await wait_until(pilot, lambda: not app.screen.query("#provisional"), what="redrawn")
+        assert app.session.stack() is not None
+        assert "Resolving the stack" not in shown(app) and "torch 2." in shown(app)

@@ -43,6 +43,15 @@ class ExtensionsController(StepController):
         about_these = [refused] if refused.startswith("extensions[") else []
         return about_these + super().warnings() + slow_builds(self.session)
 
+    def field_note(self, spec: FieldSpec) -> str:
+        check = self.session.release_check()  # the index being asked about this release
+        return check.note if check is not None and check.field == spec.key else ""
+
+    def back_to(self, spec: FieldSpec) -> str | None:
+        """The value before the edit the index is being asked about (Esc enters it again)."""
+        check = self.session.release_check()
+        return check.back_to if check is not None and check.field == spec.key else None
+
     def left_out(self) -> list[str]:
         built = {t.answer.name for t in self.session.choices().build_targets}
         return [

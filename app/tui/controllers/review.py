@@ -30,6 +30,17 @@ class ReviewController:
         and no plan (the one from the tables would be no plan mlsetup could run)."""
         return self.session.refused_as_cli()
 
+    def provisional(self) -> str | None:
+        """While uv resolves the stack for the answers as they are now: the plan shown is
+        from mlsetup's tables (Review is drawn again when the resolution lands)."""
+        s = self.session
+        if s.stack() is None and s.stack_refused() is None and s.resolving_since() is not None:
+            return (
+                "Resolving the stack with uv\u2026 the plan below is from mlsetup's tables "
+                "until it finishes."
+            )
+        return None
+
     def why_not(self) -> str | None:
         return self.session.why_not_apply()
 

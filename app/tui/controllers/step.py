@@ -51,6 +51,11 @@ class StepController:
         """What to say under a field whose value is taken but leads somewhere refused."""
         return ""
 
+    def back_to(self, spec: FieldSpec) -> str | None:
+        """The value before an edit the answers hold only until the index answers about it
+        (Esc enters it again); None: no such edit."""
+        return None
+
     def value(self, spec: FieldSpec) -> str:
         return show_value(self.session.value(spec.key))
 

@@ -55,7 +55,7 @@ class WizardScreen(Screen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown = False
-        self._built_for: tuple[str, bool, str | None] | None = None  # see `_inputs`
+        self._built_for: tuple[str, bool, str | None, bool] | None = None  # see `_inputs`
 
     @property
     def wizard(self) -> Wizard:
@@ -67,13 +67,14 @@ class WizardScreen(Screen):
     def help_text(self) -> str:
         return ""
 
-    def _inputs(self) -> tuple[str, bool, str | None]:
-        """What the body is computed from: the answers, and whether their stack is known
-        (or refused, and why)."""
+    def _inputs(self) -> tuple[str, bool, str | None, bool]:
+        """What the body is computed from: the answers, whether their stack is known (or
+        refused, and why), and whether the index is asked about a release or refused one."""
         if not self.wizard.loaded:
-            return ("", False, None)
+            return ("", False, None, False)
         s = self.wizard.session
-        return (s.answers.model_dump_json(), s.stack() is not None, s.stack_refused())
+        asking = s.release_check() is not None or s.checks.unseen is not None
+        return (s.answers.model_dump_json(), s.stack() is not None, s.stack_refused(), asking)
 
     def compose(self) -> ComposeResult:
         self._built_for = self._inputs()
@@ -170,6 +171,10 @@ class WizardScreen(Screen):
         """The stack of the answers was resolved: show what follows from it."""
         if self.RECOMPUTE:
             await self._recompute()
+
+    async def release_refused(self) -> None:
+        """The index lacks the extension release an edit named (the answers are set back):
+        the screen with that field says so there (session.checks.unseen)."""
 
     async def _recompute(self, keep_focus: bool = True) -> None:
         """The body again from the answers; what is typed in a field and not yet entered (or

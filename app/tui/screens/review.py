@@ -67,6 +67,8 @@ class ReviewScreen(WizardScreen):
 
     def _plan(self) -> ComposeResult:
         g = self.wizard.glyphs
+        if provisional := self.controller.provisional():
+            yield Static(provisional, id="provisional", markup=False)
         warnings = self.controller.warnings()
         if warnings:
             yield Section("Refused or warned", MarkedLines(g["warn"], warnings), classes="warnings")
@@ -74,6 +76,12 @@ class ReviewScreen(WizardScreen):
         why = self.controller.why_not()
         if why:
             yield Static(f"{g['warn']} {why}", id="why-not", markup=False)
+
+    async def _recompute(self, keep_focus: bool = True) -> None:
+        # Apply held back (the index being asked, uv resolving into a refusal) and now let go:
+        # the focus goes to it, as when Review is first shown
+        held = [b.disabled for b in self.query("#next").results(Button)]
+        await super()._recompute(keep_focus and not any(held))
 
     def focus_default(self) -> None:
         for button in self.query("#next, #save").results(Button):

@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from app.tui.controllers.extensions import ExtensionsController
 from app.tui.controllers.step import controller_for
+from app.tui.releasecheck import ReleaseCheck
 from app.tui.screens.base import Body, WizardScreen
 from app.tui.screens.modals import QuestionScreen
 from app.tui.widgets.fields import ChoiceField, MarkedLines, Section
@@ -30,6 +31,7 @@ class StepScreen(WizardScreen):
         super().__init__(name=step)
         self.controller = controller_for(self.wizard.session, step)
         self.STEP = step
+        self._add_refused: ReleaseCheck | None = None  # an added release the index lacks
 
     @property
     def adder(self) -> ExtensionsController | None:
@@ -67,7 +69,9 @@ class StepScreen(WizardScreen):
             )
             with Section("Choices", id="choices"):
                 for spec in c.fields():
-                    yield ChoiceField(spec, c.value(spec), c.field_note(spec))
+                    choice = ChoiceField(spec, c.value(spec), c.field_note(spec))
+                    choice.back_to = c.back_to(spec)
+                    yield choice
                 if self.adder is not None:
                     yield from self._extension_controls(self.adder)
             yield Section(
@@ -85,21 +89,25 @@ class StepScreen(WizardScreen):
         if addable:
             with Horizontal(id="add-row"):
                 yield Label("Add extension", classes="field-label")
+                # after the index refused an added release: that one again, with why
+                refused, self._add_refused = self._add_refused, None
+                name = refused.name if refused and refused.name in addable else addable[0]
                 yield Select(
                     [(n, n) for n in addable],
-                    value=addable[0],
+                    value=name,
                     allow_blank=False,
                     compact=True,
                     id="add-name",
                 )
                 yield Input(
-                    c.known_version(addable[0]),
+                    refused.version if refused else c.known_version(name),
                     placeholder="version",
                     compact=True,
                     id="add-version",
                 )
                 yield Button("Add", id="add", classes="small")
-            yield Static("", id="add-error", classes="field-error", markup=False)
+            why = refused.refusal if addable and refused else ""
+            yield Static(why, id="add-error", classes="field-error", markup=False)
 
     async def stack_resolved(self) -> None:
         await self.refresh_plan()  # in place: a field being edited keeps its focus
@@ -113,10 +121,40 @@ class StepScreen(WizardScreen):
         self.query_one("#heading", Static).update(self._heading_text())
         for field in self.query(ChoiceField):
             field.note(c.field_note(field.spec))
+            field.back_to = c.back_to(field.spec)
+
+    async def release_refused(self) -> None:
+        """The index's refusal of a release an edit named (the answers hold the version
+        before), once, on the screen with its field: under the field, what is typed there
+        kept; an added extension is taken out again and the Add row offers it with why."""
+        checks = self.wizard.session.checks
+        check = checks.unseen
+        if check is None:
+            return
+        if check.added and self.adder is not None:
+            checks.unseen, self._add_refused = None, check
+            await self._recompute(keep_focus=False)
+            return
+        for field in self.query(ChoiceField):
+            if field.spec.key == check.field:
+                checks.unseen, field.back_to = None, None
+                field.value = self.controller.value(field.spec)
+                field.refuse(check.refusal, check.version)
+                box = field.control_widget
+                if box.value == field.value:  # drawn after it was set back: what was typed
+                    box.value = check.version
+                if self.app.screen is self:
+                    box.focus()
+
+    async def _recompute(self, keep_focus: bool = True) -> None:
+        await super()._recompute(keep_focus)
+        if self.app.screen is self:
+            await self.release_refused()  # landed while this screen was not in front
 
     def on_mount(self) -> None:
         super().on_mount()
         self.set_interval(1, self._resolving)
+        self.call_after_refresh(self.release_refused)
 
     def _resolving(self) -> None:
         """While uv resolves, the seconds it has taken, where the screen says so."""
@@ -145,6 +183,7 @@ class StepScreen(WizardScreen):
             field.control_widget.focus()
             return False
         field.accept(self.controller.value(field.spec))
+        field.back_to = self.controller.back_to(field.spec)
         return True
 
     def focus_after(self, field: ChoiceField) -> None:

@@ -57,8 +57,12 @@ class ChoiceField(Vertical):
         self.spec = spec
         self.value = value  # the value the answers hold
         self.first_note = note  # what `note` says, from the first frame
+        self.set_class(bool(note), "-noted")
         self.refused_raw = ""  # what was typed and refused
         self.refusal = ""  # why
+        # the value before an edit the answers hold for now (the index is being asked about
+        # it): Esc enters it again; None: no such edit
+        self.back_to: str | None = None
 
     def compose(self) -> ComposeResult:
         spec = self.spec
@@ -94,7 +98,8 @@ class ChoiceField(Vertical):
     def editing(self) -> bool:
         """The Input holds something the answers do not (typed, or refused): Esc cancels it."""
         widget = self.control_widget
-        return self.refused or (isinstance(widget, Input) and widget.value != self.value)
+        typed = isinstance(widget, Input) and widget.value != self.value
+        return self.refused or typed or self.back_to is not None
 
     @on(Select.Changed)
     def _selected(self, event: Select.Changed) -> None:
@@ -161,8 +166,14 @@ class ChoiceField(Vertical):
             self.cancel_edit()
 
     def cancel_edit(self) -> None:
-        """Back to the value the answers hold; a refusal goes with the refused value."""
+        """Back to the value the answers hold; a refusal goes with the refused value. An edit
+        held while the index is asked about it: the value before it, entered again."""
         widget = self.control_widget
+        if self.back_to is not None and isinstance(widget, Input) and widget.value == self.value:
+            widget.value, self.back_to = self.back_to, None
+            widget.cursor_position = len(widget.value)
+            self.post_message(ChoiceField.Changed(self, self.spec.key, widget.value, False))
+            return
         if isinstance(widget, Input):
             widget.value = self.value
             widget.cursor_position = len(self.value)
@@ -187,17 +198,19 @@ class ChoiceField(Vertical):
         """Say `text` under the field (the value is taken: a note, not a refusal)."""
         if not self.refused:
             self.query_one(".field-error", Static).update(text)
+            self.set_class(bool(text), "-noted")
 
     def refuse(self, why: str, raw: str = "") -> None:
         self.refused_raw = raw
         self.refusal = why
         self.add_class("-invalid")
+        self.remove_class("-noted")
         self.query_one(".field-label", Label).update(f"! {self.spec.label}")
         self.query_one(".field-error", Static).update(why)
 
     def accept(self, value: str) -> None:
         self.value = value
-        self.remove_class("-invalid")
+        self.remove_class("-invalid", "-noted")
         self.query_one(".field-label", Label).update(f"  {self.spec.label}")
         self.query_one(".field-error", Static).update("")
 
