@@ -59,7 +59,7 @@ from steps.formats.events import (
 from steps.formats.facts import Facts
 from steps.formats.lock import PlannedStack
 from steps.formats.plan import Action, Plan, Step
-from steps.formats.state import load_state, remove_temporaries, resume_or_new
+from steps.formats.state import State, load_state, remove_temporaries, resume_or_new
 from steps.planning import registry
 from steps.planning.extensions import installs_wheel
 from steps.planning.planner import make_plan, observe_and_plan
@@ -105,23 +105,9 @@ class Engine:
             if self.apply_run.state is not None:
                 self.apply_run.state.plan = json.loads(plan.to_json())
         else:
-            self._warn_anew(plan)
+            _warn_anew(self.apply_run.state, plan, self.emit)
         self.plan, self.facts = plan, facts
         return facts, plan
-
-    def _warn_anew(self, plan: Plan) -> None:
-        """A warning a later plan adds (a wheelhouse wheel passed over once the venv it is for
-        exists) is said as a notice and kept with the run's warnings, the report's."""
-        state = self.apply_run.state
-        said = set(state.plan.get("warnings", [])) if state and state.plan else set()
-        for warning in plan.warnings:
-            if warning in said:
-                continue
-            log.info("plan warning: %s", warning)
-            self.emit(Notice(text=warning))
-            if state is not None and state.plan is not None:
-                state.plan.setdefault("warnings", []).append(warning)
-            said.add(warning)
 
     def _stack(self) -> PlannedStack:
         """The stack the plan follows: the run's lock, or the one a dry run was planned with
@@ -379,6 +365,20 @@ class Engine:
             result,
         )
         write_report(run.paths.report, report)
+
+
+def _warn_anew(state: State | None, plan: Plan, emit: EventSink) -> None:
+    """A warning a later plan of the run adds (a wheelhouse wheel passed over once the venv it
+    is for exists) is said as a notice and kept with the run's warnings, the report's."""
+    said = set(state.plan.get("warnings", [])) if state and state.plan else set()
+    for warning in plan.warnings:
+        if warning in said:
+            continue
+        log.info("plan warning: %s", warning)
+        emit(Notice(text=warning))
+        if state is not None and state.plan is not None:
+            state.plan.setdefault("warnings", []).append(warning)
+        said.add(warning)
 
 
 def _log_plan(plan: Plan) -> None:
