@@ -34,8 +34,9 @@ from tests.realhost.container import Container
 from tests.realhost.hosts import TIMINGS, Playbook, container_server, ssh_host
 from tests.test_ansible import APT_BROKEN, another_wheel, ansible_playbook, boots, recap, shown
 
-# under xdist (tests/run.sh) on one worker: one image and one set of containers
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realhost")]
+# under xdist (tests/run.sh) on one worker: one set of containers. The fleet's plays are the
+# suite's longest chain, so no other real-host module waits behind them on its worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realhost-fleet")]
 HOSTS = ("gpu1", "gpu2")
 
 
