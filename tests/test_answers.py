@@ -55,7 +55,8 @@ BAD = [
     ('[torch]\ncuda = "cu999"', "torch.cuda", "cu128"),
     ('[torch]\nversion = "latest"', "torch.version", "PEP 440"),
     ('[torch]\nversion = "==2.6.0"\ncuda = "cu130"', "torch.cuda", "cu126"),
-    ('[[extensions]]\nname = "xformers"\nversion = "1"', "extensions[0].name", "flash-attn"),
+    # a name no recipe will take (xformers was one, until design.md's own example recipe)
+    ('[[extensions]]\nname = "no-such-ext"\nversion = "1"', "extensions[0].name", "flash-attn"),
     ('[[extensions]]\nname = "flash-attn"', "extensions[0].version", "missing"),
     (
         '[[extensions]]\nname = "flash-attn"\nversion = "2.8.3"\narchs = ["9.5"]',
