@@ -105,7 +105,7 @@ class Engine:
             if self.apply_run.state is not None:
                 self.apply_run.state.plan = json.loads(plan.to_json())
         else:
-            _warn_anew(self.apply_run.state, plan, self.emit)
+            _warn_anew(self.plan.warnings, plan, self.emit, self.apply_run.state)
         self.plan, self.facts = plan, facts
         return facts, plan
 
@@ -367,18 +367,19 @@ class Engine:
         write_report(run.paths.report, report)
 
 
-def _warn_anew(state: State | None, plan: Plan, emit: EventSink) -> None:
-    """A warning a later plan of the run adds (a wheelhouse wheel passed over once the venv it
-    is for exists) is said as a notice and kept with the run's warnings, the report's."""
-    said = set(state.plan.get("warnings", [])) if state and state.plan else set()
+def _warn_anew(said: list[str], plan: Plan, emit: EventSink, state: State | None) -> None:
+    """A warning a later plan of the run adds to the one before it, `said` (a wheelhouse wheel
+    passed over once the venv it is for exists), is said as a notice and kept with the run's
+    warnings, the report's."""
     for warning in plan.warnings:
         if warning in said:
             continue
         log.info("plan warning: %s", warning)
         emit(Notice(text=warning))
         if state is not None and state.plan is not None:
-            state.plan.setdefault("warnings", []).append(warning)
-        said.add(warning)
+            kept = state.plan.setdefault("warnings", [])
+            if warning not in kept:
+                kept.append(warning)
 
 
 def _log_plan(plan: Plan) -> None:

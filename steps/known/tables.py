@@ -148,9 +148,7 @@ class DaemonRow(Table):
 
     package: PackageName
     driver_versioned: StrictBool
-    unit: (
-        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9:_.@-]{0,63}$")] | None
-    ) = None
+    unit: UnitName | None = None
     executable: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._+-]{1,64}$")]
     label: Text
     source: Text
